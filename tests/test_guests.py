@@ -1,0 +1,71 @@
+"""The example guests (C, prebuilt .wasm) run through the real host and real llama.cpp."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from conftest import GUESTS
+from wasinn_host import RunOptions, WasiNN
+from wasinn_host.testmodels import successor_text
+
+
+def run_guest(nn: WasiNN, tmp_path: pathlib.Path, name: str, args: list[str], *,
+              env: dict[str, str] | None = None, stdin: str | None = None,
+              dirs: list[tuple[str, str]] | None = None) -> tuple[int, str, str]:
+    out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
+    options = RunOptions(env=env or {}, dirs=dirs or [], stdout=str(out), stderr=str(err))
+    if stdin is not None:
+        (tmp_path / "stdin.txt").write_text(stdin)
+        options.stdin = str(tmp_path / "stdin.txt")
+    code = nn.run(GUESTS / f"{name}.wasm", args, options)
+    return code, out.read_text(), err.read_text()
+
+
+def test_complete_guest(nn: WasiNN, tmp_path: pathlib.Path) -> None:
+    code, out, err = run_guest(nn, tmp_path, "complete", ["succ", "hello"])
+    assert code == 0
+    assert out == successor_text("hello") + "</s>\n"  # 'o' -> 'p' ... 'z' -> EOS
+    assert err.startswith('{"input_tokens": 6, "output_tokens": 12,')
+
+
+def test_complete_guest_config_from_env(nn: WasiNN, tmp_path: pathlib.Path) -> None:
+    code, out, _ = run_guest(nn, tmp_path, "complete", ["succ", "3"], env={"n_predict": "8"})
+    assert (code, out) == (0, "45678901\n")
+    code, out, _ = run_guest(nn, tmp_path, "complete", ["succ", "a"], env={"reverse_prompt": "fg"})
+    assert (code, out) == (0, "bcdefg\n")
+
+
+def test_complete_guest_reports_errors(nn: WasiNN, tmp_path: pathlib.Path) -> None:
+    code, out, err = run_guest(nn, tmp_path, "complete", ["nope", "a"])
+    assert (code, out) == (1, "")
+    assert "load_by_name_with_config returned 8" in err
+    code, out, err = run_guest(nn, tmp_path, "complete", ["succ", "1"], env={"ctx_size": "32"})
+    assert code == 1 and "compute returned 101" in err
+    assert out == successor_text("1", 31) + "\n"
+
+
+def test_stream_stdout_prints_pieces_on_host_stdout(nn: WasiNN, tmp_path: pathlib.Path,
+                                                    capfd: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_guest(nn, tmp_path, "complete", ["succ", "u"], env={"stream_stdout": "true"})
+    assert (code, out) == (0, "vwxyz</s>\n")
+    assert capfd.readouterr().out == "vwxyz</s>"
+
+
+def test_chat_guest_streams_and_matches_non_streaming(nn: WasiNN, tmp_path: pathlib.Path) -> None:
+    code, out, err = run_guest(nn, tmp_path, "chat", ["succ"], stdin="a\n\n  \nQ\n5\n",
+                               env={"n_predict": "7"})
+    assert code == 0, err
+    # the streaming guest does not print the EOG piece; the digit cycle stops at the guest's limit
+    assert out.splitlines() == [successor_text("a", 7), successor_text("Q", 7), successor_text("5", 7)]
+
+
+def test_load_bytes_guest(nn: WasiNN, tmp_path: pathlib.Path, successor_path: pathlib.Path) -> None:
+    code, out, err = run_guest(nn, tmp_path, "load_bytes", ["/models/successor.gguf", "m"],
+                               dirs=[(str(successor_path.parent), "/models")])
+    assert code == 0, err
+    assert out == successor_text("m") + "</s>\n"
+    code, _, err = run_guest(nn, tmp_path, "load_bytes", ["/models/successor.gguf", "m"],
+                             dirs=[(str(successor_path.parent), "/models")], env={"target": "3"})
+    assert code == 1 and "load returned 1" in err

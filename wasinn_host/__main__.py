@@ -1,0 +1,7 @@
+"""``python -m wasinn_host`` is the ``wasinn`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,344 @@
+"""The ``wasi_ephemeral_nn`` import functions (WasmEdge GGML dialect) on a wasmtime Linker.
+
+Steps of every call:
+
+1. find the calling Store's handle tables (:class:`StoreState`) and the guest memory;
+2. read and bounds-check the guest's pointers, lengths and structs;
+3. call the graph / execution-context layer (``execution.py``);
+4. write the results back and return the errno.
+
+This is the one place that turns a :class:`WasiNNError` into the guest's return code
+and one log line; no exception ever escapes into wasmtime (that would trap the guest),
+except the trap WasmEdge also raises when the module exports no memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+import weakref
+from typing import Any, Callable
+
+import wasmtime
+
+from .config import ContextParams, ModelParams, ParsedConfig, EMPTY_CONFIG, parse_config
+from .errors import Errno, WasiNNError, invalid
+from .execution import ExecutionContext, Graph
+from .guest_memory import GuestMemory
+from .preload import Encoding, Target
+from .registry import ModelRegistry
+
+log = logging.getLogger("wasinn_host")
+
+MODULE = "wasi_ephemeral_nn"
+TENSOR_STRUCT_SIZE = 20
+BUILDER_SIZE = 8
+U8_TYPES = (2, 3)  # U8 is 3 since WasmEdge 0.14.1_plugin_lts, 2 before
+MAX_DIMS = 8
+PRELOAD_PREFIX = b"preload:"
+_QUIET_ERRNOS = (Errno.END_OF_SEQUENCE,)
+
+# name -> number of i32 parameters (every import returns one i32)
+SIGNATURES: dict[str, int] = {
+    "load": 5,
+    "load_by_name": 3,
+    "load_by_name_with_config": 5,
+    "init_execution_context": 2,
+    "set_input": 3,
+    "compute": 1,
+    "get_output": 5,
+    "compute_single": 1,
+    "get_output_single": 5,
+    "fini_single": 1,
+    "unload": 1,
+    "finalize_execution_context": 1,
+}
+
+
+class StoreState:
+    """Per-Store handle tables: graphs and contexts numbered from 0, never reused."""
+
+    def __init__(self, registry: ModelRegistry) -> None:
+        self.registry = registry
+        self.graphs: dict[int, Graph] = {}
+        self.contexts: dict[int, ExecutionContext] = {}
+        self.by_name: dict[str, int] = {}
+        self.next_graph = 0
+        self.next_context = 0
+        self.memory: wasmtime.Memory | None = None
+        self.cache_memory = False
+
+    def graph(self, handle: int) -> Graph:
+        graph = self.graphs.get(handle & 0xFFFF_FFFF)
+        if graph is None:
+            raise invalid(f"graph handle {handle & 0xFFFF_FFFF} is not loaded in this store")
+        return graph
+
+    def context(self, handle: int) -> ExecutionContext:
+        context = self.contexts.get(handle & 0xFFFF_FFFF)
+        if context is None:
+            raise invalid(f"execution context handle {handle & 0xFFFF_FFFF} does not exist in this store")
+        return context
+
+    def add_graph(self, graph: Graph) -> int:
+        handle = self.next_graph
+        self.next_graph += 1
+        self.graphs[handle] = graph
+        return handle
+
+    def add_context(self, context: ExecutionContext) -> int:
+        handle = self.next_context
+        self.next_context += 1
+        self.contexts[handle] = context
+        return handle
+
+    def unload(self, handle: int) -> None:
+        graph = self.graph(handle)
+        del self.graphs[handle & 0xFFFF_FFFF]
+        graph.unloaded = True
+        if graph.name is not None and self.by_name.get(graph.name) == handle & 0xFFFF_FFFF:
+            del self.by_name[graph.name]
+        self.registry.release(graph.model)
+
+    def close(self) -> None:
+        """Free every context and graph of this Store."""
+        for context in self.contexts.values():
+            context.close()
+        self.contexts.clear()
+        for graph in self.graphs.values():
+            graph.unloaded = True
+            self.registry.release(graph.model)
+        self.graphs.clear()
+        self.by_name.clear()
+        self.memory = None
+
+
+def _store_key(caller: wasmtime.Caller) -> int:
+    return ctypes.addressof(caller._context().contents)
+
+
+class WasiNNImports:
+    """The import functions, bound to a registry; one instance serves any number of Stores."""
+
+    def __init__(self, registry: ModelRegistry, *, allow_load_bytes: bool = True) -> None:
+        self.registry = registry
+        self.allow_load_bytes = allow_load_bytes
+        self._states: dict[int, StoreState] = {}
+        self._lock = threading.Lock()
+        self._warned_unattached = False
+
+    # -- Store bookkeeping ---------------------------------------------------------
+
+    def attach(self, store: wasmtime.Store) -> StoreState:
+        """Register a Store: its state is freed with it, and its memory export is cached."""
+        key = ctypes.addressof(store._context().contents)
+        state = StoreState(self.registry)
+        state.cache_memory = True
+        with self._lock:
+            old = self._states.pop(key, None)
+            self._states[key] = state
+        if old is not None:
+            old.close()
+        weakref.finalize(store, self._drop, key, state)
+        return state
+
+    def detach(self, store: wasmtime.Store) -> None:
+        """Free a Store's contexts and graphs now."""
+        self._drop(ctypes.addressof(store._context().contents), None)
+
+    def _drop(self, key: int, expected: StoreState | None) -> None:
+        with self._lock:
+            state = self._states.get(key)
+            if state is None or (expected is not None and state is not expected):
+                return
+            del self._states[key]
+        state.close()
+
+    def state_count(self) -> int:
+        with self._lock:
+            return len(self._states)
+
+    def _state(self, caller: wasmtime.Caller) -> StoreState:
+        key = _store_key(caller)
+        state = self._states.get(key)
+        if state is None:
+            with self._lock:
+                state = self._states.setdefault(key, StoreState(self.registry))
+            if not self._warned_unattached:
+                self._warned_unattached = True
+                log.warning("a Store not attached with WasiNN.attach() called wasi_ephemeral_nn; "
+                            "its handles are kept until WasiNN.detach()")
+        return state
+
+    @staticmethod
+    def _memory(caller: wasmtime.Caller, state: StoreState) -> GuestMemory:
+        memory = state.memory
+        if memory is None:
+            export = caller.get("memory")
+            if not isinstance(export, wasmtime.Memory):
+                raise wasmtime.WasmtimeError("wasi_ephemeral_nn: the calling module exports no memory")
+            memory = export
+            if state.cache_memory:
+                state.memory = memory
+        return GuestMemory(memory, caller)
+
+    # -- registration --------------------------------------------------------------
+
+    def add_to_linker(self, linker: wasmtime.Linker) -> None:
+        """Define all 12 imports of module ``wasi_ephemeral_nn`` on ``linker``."""
+        i32 = wasmtime.ValType.i32()
+        for name, arity in SIGNATURES.items():
+            impl = getattr(self, name)
+            linker.define_func(MODULE, name, wasmtime.FuncType([i32] * arity, [i32]),
+                               self._wrap(name, impl), access_caller=True)
+
+    def _wrap(self, name: str, impl: Callable[..., None]) -> Callable[..., int]:
+        def host_function(caller: wasmtime.Caller, *args: int) -> int:
+            state = self._state(caller)
+            try:
+                impl(self._memory(caller, state), state, *args)
+                return 0
+            except WasiNNError as err:
+                if err.errno not in _QUIET_ERRNOS:
+                    log.warning("wasi-nn %s: %s", name, err)
+                return int(err.errno)
+            except wasmtime.WasmtimeError:
+                raise  # no memory export: trap, as WasmEdge does
+            except Exception as exc:  # a host bug must not take the guest down with a trap
+                log.exception("wasi-nn %s: internal error: %s", name, exc)
+                return int(Errno.RUNTIME_ERROR)
+
+        host_function.__name__ = f"wasi_nn_{name}"
+        return host_function
+
+    # -- loading -------------------------------------------------------------------
+
+    def load(self, mem: GuestMemory, state: StoreState, builders_ptr: int, builders_len: int,
+             encoding: int, target: int, graph_out: int) -> None:
+        encoding &= 0xFFFF_FFFF
+        target &= 0xFFFF_FFFF
+        if encoding != Encoding.GGML:
+            name = Encoding(encoding).name if encoding in Encoding._value2member_map_ else "unknown"
+            raise WasiNNError(Errno.INVALID_ENCODING,
+                              f"load: encoding {encoding} ({name}) is not supported; accepted: 6 (GGML)")
+        if target not in (Target.CPU, Target.GPU, Target.TPU):
+            raise invalid(f"load: execution target {target} is not accepted; accepted: 0 (CPU), 1 (GPU), 2 (TPU)")
+        count = builders_len & 0xFFFF_FFFF
+        if count == 0:
+            raise invalid("load: the graph-builder array is empty; builders[0] must hold the GGUF bytes")
+        if not self.allow_load_bytes:
+            raise WasiNNError(Errno.UNSUPPORTED_OPERATION,
+                              "load: loading models from guest bytes is disabled on this host; use load_by_name")
+        entries = mem.read_u32s(builders_ptr, 2 * min(count, 2), "load builders")
+        mem.check(graph_out, 4, "load graph_id_out")
+        model_bytes = mem.read(entries[0], entries[1], "load builders[0]")
+        if model_bytes.startswith(PRELOAD_PREFIX):
+            raise invalid("load: 'preload:<path>' builders are refused: guests may not name host files; "
+                          "use load_by_name with a name the host preloaded")
+        config = mem.read(entries[2], entries[3], "load builders[1]") if count >= 2 else b""
+        parsed = parse_config(config) if config else EMPTY_CONFIG
+        model = self.registry.acquire_bytes(model_bytes, parsed.apply_model(ModelParams()))
+        graph = Graph(model, parsed.apply_context(ContextParams()), None)
+        mem.write_u32(graph_out, state.add_graph(graph), "load graph_id_out")
+
+    def _load_named(self, mem: GuestMemory, state: StoreState, name_ptr: int, name_len: int,
+                    config: ParsedConfig | None, graph_out: int) -> None:
+        raw = mem.read(name_ptr, name_len, "model name")
+        mem.check(graph_out, 4, "graph_id_out")
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise invalid(f"model name {raw!r} is not valid UTF-8") from None
+        cached = state.by_name.get(name)
+        if cached is not None:
+            mem.write_u32(graph_out, cached, "graph_id_out")
+            return
+        parsed = config or EMPTY_CONFIG
+        model = self.registry.acquire_named(name, parsed.apply_model(ModelParams()))
+        handle = state.add_graph(Graph(model, parsed.apply_context(ContextParams()), name))
+        state.by_name[name] = handle
+        mem.write_u32(graph_out, handle, "graph_id_out")
+
+    def load_by_name(self, mem: GuestMemory, state: StoreState, name_ptr: int, name_len: int,
+                     graph_out: int) -> None:
+        self._load_named(mem, state, name_ptr, name_len, None, graph_out)
+
+    def load_by_name_with_config(self, mem: GuestMemory, state: StoreState, name_ptr: int, name_len: int,
+                                 config_ptr: int, config_len: int, graph_out: int) -> None:
+        text = mem.read(config_ptr, config_len, "config")
+        self._load_named(mem, state, name_ptr, name_len, parse_config(text), graph_out)
+
+    def unload(self, mem: GuestMemory, state: StoreState, graph: int) -> None:
+        state.unload(graph)
+
+    # -- contexts ------------------------------------------------------------------
+
+    def init_execution_context(self, mem: GuestMemory, state: StoreState, graph: int, ctx_out: int) -> None:
+        target = state.graph(graph)
+        mem.check(ctx_out, 4, "ctx_out")
+        handle = state.add_context(ExecutionContext(target, self.registry))
+        mem.write_u32(ctx_out, handle, "ctx_out")
+
+    def finalize_execution_context(self, mem: GuestMemory, state: StoreState, ctx: int) -> None:
+        context = state.context(ctx)
+        del state.contexts[ctx & 0xFFFF_FFFF]
+        context.close()
+
+    def set_input(self, mem: GuestMemory, state: StoreState, ctx: int, index: int, tensor_ptr: int) -> None:
+        context = state.context(ctx)
+        dims_ptr, dims_len, ttype, data_ptr, data_len = mem.read_u32s(tensor_ptr, 5, "tensor struct")
+        ttype &= 0xFF
+        if ttype not in U8_TYPES:
+            raise invalid(f"set_input: tensor type {ttype} is not accepted; prompt and metadata are "
+                          f"bytes: U8 (3, or 2 before WasmEdge 0.14.1)")
+        if dims_len > MAX_DIMS:
+            raise invalid(f"set_input: {dims_len} dimensions; at most {MAX_DIMS} are accepted ([1] or [len])")
+        dims = mem.read_u32s(dims_ptr, dims_len, "tensor dims")
+        product = 1
+        for d in dims:
+            product *= d
+        if dims and product not in (1, data_len):
+            raise invalid(f"set_input: dims {list(dims)} do not describe {data_len} bytes; use [1] or [{data_len}]")
+        data = mem.read(data_ptr, data_len, "tensor data")
+        context.set_input(index & 0xFFFF_FFFF, data)
+
+    def compute(self, mem: GuestMemory, state: StoreState, ctx: int) -> None:
+        _raise_unless_success(state.context(ctx).compute())
+
+    def compute_single(self, mem: GuestMemory, state: StoreState, ctx: int) -> None:
+        _raise_unless_success(state.context(ctx).compute_single())
+
+    def fini_single(self, mem: GuestMemory, state: StoreState, ctx: int) -> None:
+        state.context(ctx).fini_single()
+
+    def get_output(self, mem: GuestMemory, state: StoreState, ctx: int, index: int,
+                   out_ptr: int, out_max: int, written_ptr: int) -> None:
+        _copy_out(mem, state.context(ctx).get_output(index & 0xFFFF_FFFF), out_ptr, out_max, written_ptr)
+
+    def get_output_single(self, mem: GuestMemory, state: StoreState, ctx: int, index: int,
+                          out_ptr: int, out_max: int, written_ptr: int) -> None:
+        _copy_out(mem, state.context(ctx).get_output_single(index & 0xFFFF_FFFF), out_ptr, out_max, written_ptr)
+
+
+def _raise_unless_success(errno: Errno) -> None:
+    if errno == Errno.END_OF_SEQUENCE:
+        raise WasiNNError(errno, "end of sequence")
+    if errno == Errno.CONTEXT_FULL:
+        raise WasiNNError(errno, "the context is full (ctx-size reached); the output so far is kept")
+    if errno != Errno.SUCCESS:
+        raise WasiNNError(errno, f"compute failed with errno {int(errno)}")
+
+
+def _copy_out(mem: GuestMemory, data: bytes, out_ptr: int, out_max: int, written_ptr: int) -> None:
+    """Copy output to the guest; too small a buffer gets errno 7, the needed size and no bytes."""
+    mem.check(written_ptr, 4, "bytes_written_out")
+    mem.check(out_ptr, out_max, "output buffer")
+    needed = len(data)
+    if needed > out_max & 0xFFFF_FFFF:
+        mem.write_u32(written_ptr, needed, "bytes_written_out")
+        raise WasiNNError(Errno.TOO_LARGE,
+                          f"output of {needed} bytes does not fit the guest buffer of {out_max & 0xFFFF_FFFF} bytes")
+    mem.write(out_ptr, data, "output buffer")
+    mem.write_u32(written_ptr, needed, "bytes_written_out")
+

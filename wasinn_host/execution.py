@@ -1,0 +1,174 @@
+"""Graphs and execution contexts as a guest sees them, in WasmEdge's GGML semantics.
+
+A :class:`Graph` is a guest's handle on a :class:`~wasinn_host.registry.LoadedModel`
+plus the default per-context parameters it was loaded with.  An
+:class:`ExecutionContext` holds one conversation: its prompt, its parameters, its
+output text and tokens, and the streaming state of ``compute_single``.  Generation
+itself is a job for the model's worker (``engine.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import orjson
+
+from .config import MODEL_KEY_NAMES, ContextParams, ParsedConfig, parse_config
+from .engine import Job, Sequence, print_piece
+from .errors import Errno, WasiNNError, invalid
+from .llama_backend import LLAMA_BUILD_NUMBER, LLAMA_COMMIT
+from .registry import LoadedModel, ModelRegistry
+
+log = logging.getLogger("wasinn_host")
+
+METADATA_INDEX = 1
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(eq=False)
+class Graph:
+    """A loaded graph handle's target."""
+
+    model: LoadedModel
+    defaults: ContextParams
+    name: str | None
+    unloaded: bool = False
+
+
+class ExecutionContext:
+    """One execution context: prompt in, text out, with WasmEdge's observable behaviour."""
+
+    def __init__(self, graph: Graph, registry: ModelRegistry) -> None:
+        self.graph = graph
+        self.model = graph.model
+        self._registry = registry
+        registry.retain(self.model)
+        self.params = graph.defaults
+        self.sequence = Sequence()
+        self.prompt_tokens: list[int] | None = None
+        self.output = bytearray()
+        self.output_tokens: list[int] = []
+        self.last_piece = b""
+        self.started = False
+        self.closed = False
+        self.last_job: Job | None = None
+
+    # -- set_input -----------------------------------------------------------------
+
+    def set_input(self, index: int, data: bytes) -> None:
+        """Index 1: metadata JSON; any other index: the prompt text."""
+        self.started = False
+        if index == METADATA_INDEX:
+            self.apply_metadata(parse_config(data))
+            return
+        self.prompt_tokens = self.model.llama.tokenize(data, add_special=True, parse_special=True)
+
+    def apply_metadata(self, config: ParsedConfig) -> None:
+        """Per-context keys change this context; load-time keys are never applied here."""
+        self.params = config.apply_context(self.params)
+        changed = [
+            f"{MODEL_KEY_NAMES[k]}={v!r} (loaded with {getattr(self.model.params, k)!r})"
+            for k, v in config.model.items() if getattr(self.model.params, k) != v
+        ]
+        if changed:
+            log.warning(
+                "model %s: load-time keys in set_input metadata are ignored, the model is not reloaded: %s; "
+                "pass them to load_by_name_with_config instead",
+                self.model.label, ", ".join(changed),
+            )
+
+    # -- compute -------------------------------------------------------------------
+
+    def _checked_prompt(self) -> list[int]:
+        if self.graph.unloaded:
+            raise invalid("compute on a context whose graph was unloaded")
+        if self.prompt_tokens is None:
+            raise invalid("compute before set_input: no prompt has been set")
+        limit = self.model.n_ctx_seq - 4
+        if len(self.prompt_tokens) > limit:
+            raise WasiNNError(
+                Errno.PROMPT_TOO_LONG,
+                f"prompt of {len(self.prompt_tokens)} tokens exceeds ctx-size {self.model.n_ctx_seq} - 4 = {limit}",
+            )
+        return self.prompt_tokens
+
+    def compute(self) -> Errno:
+        """Generate the whole answer; return 0, 101 (context full) or 5."""
+        tokens = self._checked_prompt()
+        self.started = False
+        self._clear_output()
+        stop = self.params.stopping
+        job = Job(
+            self.sequence, list(tokens),
+            limit=stop.n_predict if stop.n_predict >= 0 else INT32_MAX,
+            sampling=self.params.sampling, stopping=stop,
+            on_piece=print_piece if stop.stream_stdout else None,
+        )
+        self._run(job)
+        return job.errno
+
+    def compute_single(self) -> Errno:
+        """Generate one token; 100 at end of generation, 101 when the context is full."""
+        prompt = self._checked_prompt()
+        first = not self.started
+        if first:
+            self._clear_output()
+            self.started = True
+        job = Job(
+            self.sequence, prompt + self.output_tokens, limit=1,
+            sampling=self.params.sampling, stopping=self.params.stopping,
+            streaming=True, reset_sampler=first,
+        )
+        self._run(job)
+        if job.errno != Errno.SUCCESS:
+            self.started = False
+        return job.errno
+
+    def fini_single(self) -> None:
+        """End a stream: clear the output; the next ``compute_single`` starts from the prompt."""
+        self.started = False
+        self._clear_output()
+
+    def _run(self, job: Job) -> None:
+        self.model.worker.submit(job)
+        self.last_job = job
+        self.output += job.text
+        self.output_tokens += job.generated
+        if job.generated:
+            self.last_piece = self.model.llama.piece(job.generated[-1])
+        if job.errno == Errno.RUNTIME_ERROR:
+            raise WasiNNError(Errno.RUNTIME_ERROR, f"inference failed: {job.stop_reason}")
+
+    def _clear_output(self) -> None:
+        self.output = bytearray()
+        self.output_tokens = []
+        self.last_piece = b""
+
+    # -- get_output ----------------------------------------------------------------
+
+    def get_output(self, index: int) -> bytes:
+        """Index 1: the metadata JSON; otherwise the whole output text."""
+        return self.metadata_json() if index == METADATA_INDEX else bytes(self.output)
+
+    def get_output_single(self, index: int) -> bytes:
+        """Index 1: the metadata JSON; otherwise the last token's piece."""
+        return self.metadata_json() if index == METADATA_INDEX else self.last_piece
+
+    def metadata_json(self) -> bytes:
+        """WasmEdge's exact output metadata: ``{"input_tokens": N, "output_tokens": M, ...}``."""
+        n_input = len(self.prompt_tokens) if self.prompt_tokens is not None else 0
+        return (
+            f'{{"input_tokens": {n_input}, "output_tokens": {len(self.output_tokens)}, '
+            f'"llama_build_number": {LLAMA_BUILD_NUMBER}, "llama_commit": {orjson.dumps(LLAMA_COMMIT).decode()}}}'
+        ).encode()
+
+    # -- lifetime ------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Free the sequence and drop the model reference (idempotent)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.model.worker.release(self.sequence)
+        self._registry.release(self.model)

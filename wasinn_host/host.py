@@ -1,0 +1,163 @@
+"""The embedding API: :class:`WasiNN` adds the imports to your Linker, or runs a module in one call.
+
+>>> nn = WasiNN(preload=["default:GGML:AUTO:model.gguf"])
+>>> exit_code = nn.run("guest.wasm", ["default", "Once upon a time"])
+
+or, with your own wasmtime objects::
+
+    linker = wasmtime.Linker(engine)
+    linker.define_wasi()
+    nn.add_to_linker(linker)
+    store = wasmtime.Store(engine)
+    nn.attach(store)          # per-Store handle tables, freed with the Store
+    ...
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence, Union
+
+import wasmtime
+
+from .abi import WasiNNImports
+from .preload import Preload
+from .registry import LoadedModel, ModelRegistry, default_registry
+
+ModuleSource = Union[str, os.PathLike, bytes, wasmtime.Module]
+
+
+class GuestError(Exception):
+    """The guest could not be started or trapped; the message is one line for the user."""
+
+
+@dataclass
+class RunOptions:
+    """What ``wasinn run`` passes to a guest besides its arguments."""
+
+    env: Mapping[str, str] = field(default_factory=dict)
+    dirs: Sequence[tuple[str, str]] = ()
+    """(host path, guest path) pairs to preopen."""
+    stdin: str | None = None
+    stdout: str | None = None
+    stderr: str | None = None
+    """File paths for the guest's stdio; None inherits the host's."""
+    program_name: str | None = None
+
+
+class WasiNN:
+    """WASI-NN (``wasi_ephemeral_nn``, WasmEdge GGML dialect) for wasmtime-py.
+
+    ``preload`` takes ``NAME:ENCODING:TARGET:PATH`` strings or :class:`Preload` records;
+    the models load lazily, on a guest's first ``load_by_name``.  Instances share the
+    process-wide registry unless given their own, so a model is in memory once however
+    many Stores use it.
+    """
+
+    def __init__(
+        self,
+        preload: Iterable[Preload | str] = (),
+        *,
+        registry: ModelRegistry | None = None,
+        allow_load_bytes: bool = True,
+    ) -> None:
+        self.registry = registry if registry is not None else default_registry()
+        for spec in preload:
+            self.registry.add_preload(spec)
+        self.imports = WasiNNImports(self.registry, allow_load_bytes=allow_load_bytes)
+        self.engine = wasmtime.Engine()
+
+    def add_to_linker(self, linker: wasmtime.Linker) -> None:
+        """Define the 12 ``wasi_ephemeral_nn`` imports on ``linker`` (usable with many Stores)."""
+        self.imports.add_to_linker(linker)
+
+    def attach(self, store: wasmtime.Store) -> None:
+        """Give ``store`` its own handle tables; they are freed when the Store is."""
+        self.imports.attach(store)
+
+    def detach(self, store: wasmtime.Store) -> None:
+        """Free ``store``'s graphs and execution contexts now."""
+        self.imports.detach(store)
+
+    def models(self) -> list[LoadedModel]:
+        """The models loaded in this process."""
+        return self.registry.loaded()
+
+    def load_module(self, source: ModuleSource) -> wasmtime.Module:
+        """Compile a module from a path or bytes (or pass a Module through)."""
+        if isinstance(source, wasmtime.Module):
+            return source
+        if isinstance(source, bytes):
+            try:
+                return wasmtime.Module(self.engine, source)
+            except wasmtime.WasmtimeError as exc:
+                raise GuestError(f"not a valid WebAssembly module: {_first_line(exc)}") from None
+        path = Path(source)
+        if not path.is_file():
+            raise GuestError(f"module {str(path)!r} does not exist")
+        data = path.read_bytes()
+        if not data.startswith(b"\0asm"):
+            raise GuestError(f"{str(path)!r} is not a WebAssembly module (no \\0asm header)")
+        try:
+            return wasmtime.Module(self.engine, data)
+        except wasmtime.WasmtimeError as exc:
+            raise GuestError(f"{str(path)!r} is not a valid WebAssembly module: {_first_line(exc)}") from None
+
+    def run(self, module: ModuleSource, args: Sequence[str] = (), options: RunOptions | None = None) -> int:
+        """Instantiate ``module`` with WASI and WASI-NN, run ``_start``, return the exit code.
+
+        Raises :class:`GuestError` if the module cannot be loaded or linked, or traps.
+        """
+        options = options or RunOptions()
+        compiled = self.load_module(module)
+        linker = wasmtime.Linker(self.engine)
+        linker.define_wasi()
+        self.add_to_linker(linker)
+        store = wasmtime.Store(self.engine)
+        store.set_wasi(_wasi_config(module, args, options))
+        self.attach(store)
+        try:
+            try:
+                instance = linker.instantiate(store, compiled)
+            except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
+                raise GuestError(f"cannot instantiate the module: {_first_line(exc)}") from None
+            start = instance.exports(store).get("_start")
+            if not isinstance(start, wasmtime.Func):
+                raise GuestError("the module has no _start function (is it a WASI command?)")
+            start(store)
+            return 0
+        except wasmtime.ExitTrap as exit_trap:
+            return exit_trap.code
+        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
+            raise GuestError(f"the guest trapped: {_first_line(exc)}") from None
+        finally:
+            self.detach(store)
+
+
+def _wasi_config(module: ModuleSource, args: Sequence[str], options: RunOptions) -> wasmtime.WasiConfig:
+    wasi = wasmtime.WasiConfig()
+    name = options.program_name or (str(module) if isinstance(module, (str, os.PathLike)) else "guest.wasm")
+    wasi.argv = [name, *args]
+    wasi.env = list(options.env.items())
+    for host, guest in options.dirs:
+        wasi.preopen_dir(host, guest)
+    if options.stdin is None:
+        wasi.inherit_stdin()
+    else:
+        wasi.stdin_file = options.stdin
+    if options.stdout is None:
+        wasi.inherit_stdout()
+    else:
+        wasi.stdout_file = options.stdout
+    if options.stderr is None:
+        wasi.inherit_stderr()
+    else:
+        wasi.stderr_file = options.stderr
+    return wasi
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,191 @@
+"""The process-wide model registry: preloaded names, loaded models, reference counts.
+
+A model is identified by its file (or content hash, for guest bytes) and its load-time
+:class:`ModelParams`; every Store and execution context asking for the same pair shares
+one :class:`LoadedModel` (weights in memory once, one worker thread).  Preloaded names
+load lazily on the first ``load_by_name`` and then stay loaded, so guests that come and
+go never pay for a reload; models loaded from guest bytes are freed with their last user.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from .config import ModelParams
+from .engine import ModelWorker
+from .errors import Errno, WasiNNError
+from .llama_backend import LlamaContext, LlamaModel
+from .preload import Preload, parse_preload
+
+log = logging.getLogger("wasinn_host")
+
+MAX_DEFAULT_CTX = 4096
+
+
+@dataclass(eq=False)
+class LoadedModel:
+    """Weights, a multi-sequence llama.cpp context and the worker thread that drives it."""
+
+    key: tuple[object, ...]
+    label: str
+    params: ModelParams
+    llama: LlamaModel
+    worker: ModelWorker
+    keep_loaded: bool
+    refs: int = 0
+    loaded_at: float = field(default_factory=time.time)
+
+    @property
+    def n_ctx_seq(self) -> int:
+        """Tokens each execution context may hold."""
+        return self.worker.n_ctx_seq
+
+
+def _open_model(path: Path, params: ModelParams, label: str, key: tuple[object, ...], keep: bool) -> LoadedModel:
+    started = time.perf_counter()
+    llama = LlamaModel(path, params)
+    try:
+        n_ctx_seq = params.ctx_size or min(llama.n_ctx_train or MAX_DEFAULT_CTX, MAX_DEFAULT_CTX)
+        context = LlamaContext(llama, params, n_ctx_seq)
+    except BaseException:
+        llama.close()
+        raise
+    worker = ModelWorker(llama, context, label)
+    log.info(
+        "loaded model %s from %s in %.0f ms (%s, %d sequences x %d tokens, %d threads)",
+        label, path, (time.perf_counter() - started) * 1000, llama.description,
+        context.n_seq, n_ctx_seq, context.threads,
+    )
+    return LoadedModel(key, label, params, llama, worker, keep)
+
+
+class ModelRegistry:
+    """Name → model table shared by every Store of a process (thread-safe)."""
+
+    def __init__(self, preloads: Iterable[Preload | str] = ()) -> None:
+        self._lock = threading.RLock()
+        self._preloads: dict[str, Preload] = {}
+        self._models: dict[tuple[object, ...], LoadedModel] = {}
+        for spec in preloads:
+            self.add_preload(spec)
+
+    # -- preloads ------------------------------------------------------------------
+
+    def add_preload(self, spec: Preload | str) -> Preload:
+        """Register a name (``Preload`` or ``NAME:ENCODING:TARGET:PATH``); the file is opened lazily."""
+        preload = parse_preload(spec) if isinstance(spec, str) else spec
+        with self._lock:
+            self._preloads[preload.name] = preload
+        return preload
+
+    def preloads(self) -> dict[str, Preload]:
+        """A copy of the preload table."""
+        with self._lock:
+            return dict(self._preloads)
+
+    def has_preload(self, name: str) -> bool:
+        with self._lock:
+            return name in self._preloads
+
+    # -- loading -------------------------------------------------------------------
+
+    def acquire_named(self, name: str, params: ModelParams) -> LoadedModel:
+        """The model served under ``name`` with these load-time parameters (loaded if needed)."""
+        with self._lock:
+            preload = self._preloads.get(name)
+            if preload is None:
+                raise WasiNNError(Errno.NOT_FOUND, f"model name {name!r} is not preloaded; known names: "
+                                  f"{', '.join(sorted(self._preloads)) or '(none)'}")
+            path = preload.path
+            if not path.is_file():
+                raise WasiNNError(Errno.MODEL_NOT_FOUND, f"model file {str(path)!r} for name {name!r} does not exist")
+            key = ("file", str(path.resolve()), params)
+            model = self._models.get(key)
+            if model is None:
+                model = _open_model(path, params, name, key, keep=True)
+                self._models[key] = model
+            model.refs += 1
+            return model
+
+    def acquire_bytes(self, data: bytes, params: ModelParams) -> LoadedModel:
+        """A model from GGUF bytes a guest sent; identical bytes share one model.  No file is left behind."""
+        digest = hashlib.sha256(data).hexdigest()
+        key = ("bytes", digest, params)
+        with self._lock:
+            model = self._models.get(key)
+            if model is None:
+                fd, name = tempfile.mkstemp(prefix="wasinn-", suffix=".gguf")
+                try:
+                    with os.fdopen(fd, "wb") as handle:
+                        handle.write(data)
+                    model = _open_model(Path(name), params, f"bytes:{digest[:12]}", key, keep=False)
+                finally:
+                    os.unlink(name)
+                self._models[key] = model
+            model.refs += 1
+            return model
+
+    def retain(self, model: LoadedModel) -> None:
+        """Add a reference to a model already acquired."""
+        with self._lock:
+            model.refs += 1
+
+    def release(self, model: LoadedModel) -> None:
+        """Drop one reference; models from guest bytes are freed with their last reference."""
+        with self._lock:
+            model.refs -= 1
+            if model.refs > 0 or model.keep_loaded:
+                return
+            if self._models.get(model.key) is model:
+                del self._models[model.key]
+        self._close(model)
+
+    def loaded(self) -> list[LoadedModel]:
+        """The models in memory now."""
+        with self._lock:
+            return list(self._models.values())
+
+    def unload_unused(self) -> int:
+        """Free every model nobody uses (preloaded names load again on demand); return how many."""
+        with self._lock:
+            idle = [m for m in self._models.values() if m.refs <= 0]
+            for model in idle:
+                del self._models[model.key]
+        for model in idle:
+            self._close(model)
+        return len(idle)
+
+    def close(self) -> None:
+        """Free every model (at shutdown)."""
+        with self._lock:
+            models = list(self._models.values())
+            self._models.clear()
+        for model in models:
+            self._close(model)
+
+    @staticmethod
+    def _close(model: LoadedModel) -> None:
+        model.worker.close()
+        model.llama.close()
+        log.info("freed model %s", model.label)
+
+
+_default: ModelRegistry | None = None
+_default_lock = threading.Lock()
+
+
+def default_registry() -> ModelRegistry:
+    """The registry shared by every :class:`~wasinn_host.WasiNN` that is not given its own."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = ModelRegistry()
+        return _default
