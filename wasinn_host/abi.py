@@ -18,7 +18,7 @@ import ctypes
 import logging
 import threading
 import weakref
-from typing import Any, Callable
+from typing import Callable
 
 import wasmtime
 
@@ -26,6 +26,7 @@ from .config import ContextParams, ModelParams, ParsedConfig, EMPTY_CONFIG, pars
 from .errors import Errno, WasiNNError, invalid
 from .execution import ExecutionContext, Graph
 from .guest_memory import GuestMemory
+from .native_func import GuestTrap, MemoryRef, caller_memory, define_i32_func
 from .preload import Encoding, Target
 from .registry import ModelRegistry
 
@@ -66,7 +67,7 @@ class StoreState:
         self.by_name: dict[str, int] = {}
         self.next_graph = 0
         self.next_context = 0
-        self.memory: wasmtime.Memory | None = None
+        self.memory: MemoryRef | None = None
         self.cache_memory = False
 
     def graph(self, handle: int) -> Graph:
@@ -114,8 +115,8 @@ class StoreState:
         self.memory = None
 
 
-def _store_key(caller: wasmtime.Caller) -> int:
-    return ctypes.addressof(caller._context().contents)
+def _store_key(store: wasmtime.Store) -> int:
+    return ctypes.addressof(store._context().contents)
 
 
 class WasiNNImports:
@@ -132,7 +133,7 @@ class WasiNNImports:
 
     def attach(self, store: wasmtime.Store) -> StoreState:
         """Register a Store: its state is freed with it, and its memory export is cached."""
-        key = ctypes.addressof(store._context().contents)
+        key = _store_key(store)
         state = StoreState(self.registry)
         state.cache_memory = True
         with self._lock:
@@ -145,7 +146,7 @@ class WasiNNImports:
 
     def detach(self, store: wasmtime.Store) -> None:
         """Free a Store's contexts and graphs now."""
-        self._drop(ctypes.addressof(store._context().contents), None)
+        self._drop(_store_key(store), None)
 
     def _drop(self, key: int, expected: StoreState | None) -> None:
         with self._lock:
@@ -159,8 +160,7 @@ class WasiNNImports:
         with self._lock:
             return len(self._states)
 
-    def _state(self, caller: wasmtime.Caller) -> StoreState:
-        key = _store_key(caller)
+    def _state(self, key: int) -> StoreState:
         state = self._states.get(key)
         if state is None:
             with self._lock:
@@ -172,39 +172,34 @@ class WasiNNImports:
         return state
 
     @staticmethod
-    def _memory(caller: wasmtime.Caller, state: StoreState) -> GuestMemory:
+    def _memory(caller: int, context: int, state: StoreState) -> GuestMemory:
         memory = state.memory
         if memory is None:
-            export = caller.get("memory")
-            if not isinstance(export, wasmtime.Memory):
-                raise wasmtime.WasmtimeError("wasi_ephemeral_nn: the calling module exports no memory")
-            memory = export
+            memory = caller_memory(caller)
+            if memory is None:
+                raise GuestTrap("wasi_ephemeral_nn: the calling module exports no memory")
             if state.cache_memory:
                 state.memory = memory
-        return GuestMemory(memory, caller)
+        return GuestMemory(*memory.base_and_size(context))
 
     # -- registration --------------------------------------------------------------
 
     def add_to_linker(self, linker: wasmtime.Linker) -> None:
         """Define all 12 imports of module ``wasi_ephemeral_nn`` on ``linker``."""
-        i32 = wasmtime.ValType.i32()
         for name, arity in SIGNATURES.items():
-            impl = getattr(self, name)
-            linker.define_func(MODULE, name, wasmtime.FuncType([i32] * arity, [i32]),
-                               self._wrap(name, impl), access_caller=True)
+            define_i32_func(linker, MODULE, name, arity, self._wrap(name, getattr(self, name)))
 
     def _wrap(self, name: str, impl: Callable[..., None]) -> Callable[..., int]:
-        def host_function(caller: wasmtime.Caller, *args: int) -> int:
-            state = self._state(caller)
+        def host_function(caller: int, context: int, *args: int) -> int:
+            state = self._state(context)
+            memory = self._memory(caller, context, state)
             try:
-                impl(self._memory(caller, state), state, *args)
+                impl(memory, state, *args)
                 return 0
             except WasiNNError as err:
                 if err.errno not in _QUIET_ERRNOS:
                     log.warning("wasi-nn %s: %s", name, err)
                 return int(err.errno)
-            except wasmtime.WasmtimeError:
-                raise  # no memory export: trap, as WasmEdge does
             except Exception as exc:  # a host bug must not take the guest down with a trap
                 log.exception("wasi-nn %s: internal error: %s", name, exc)
                 return int(Errno.RUNTIME_ERROR)

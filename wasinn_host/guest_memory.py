@@ -26,9 +26,14 @@ class GuestMemory:
 
     __slots__ = ("_base", "_size")
 
-    def __init__(self, memory: wasmtime.Memory, store: Any) -> None:
-        self._base = ctypes.cast(memory.data_ptr(store), ctypes.c_void_p).value or 0
-        self._size = memory.data_len(store)
+    def __init__(self, base: int, size: int) -> None:
+        self._base = base
+        self._size = size
+
+    @classmethod
+    def of(cls, memory: wasmtime.Memory, store: Any) -> "GuestMemory":
+        """The current view of a wasmtime-py ``Memory``."""
+        return cls(ctypes.cast(memory.data_ptr(store), ctypes.c_void_p).value or 0, memory.data_len(store))
 
     @property
     def size(self) -> int:

@@ -159,5 +159,11 @@ def _wasi_config(module: ModuleSource, args: Sequence[str], options: RunOptions)
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    """The informative line of a wasmtime error: its cause, not the backtrace header."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if "Caused by:" in lines and lines.index("Caused by:") + 1 < len(lines):
+        return lines[lines.index("Caused by:") + 1]
+    for line in lines:
+        if line.startswith("wasm trap:"):
+            return line
+    return lines[0] if lines else type(exc).__name__
