@@ -22,7 +22,7 @@ from typing import Callable
 
 import wasmtime
 
-from .config import ContextParams, ModelParams, ParsedConfig, EMPTY_CONFIG, parse_config
+from .config import EMPTY_CONFIG, ModelParams, ParsedConfig, parse_config
 from .errors import Errno, WasiNNError, invalid
 from .execution import ExecutionContext, Graph
 from .guest_memory import GuestMemory
@@ -198,7 +198,7 @@ class WasiNNImports:
                 return 0
             except WasiNNError as err:
                 if err.errno not in _QUIET_ERRNOS:
-                    log.warning("wasi-nn %s: %s", name, err)
+                    log.warning("wasi-nn %s: %s", name, err, extra=_log_fields(name, args, err.errno))
                 return int(err.errno)
             except Exception as exc:  # a host bug must not take the guest down with a trap
                 log.exception("wasi-nn %s: internal error: %s", name, exc)
@@ -234,7 +234,11 @@ class WasiNNImports:
         config = mem.read(entries[2], entries[3], "load builders[1]") if count >= 2 else b""
         parsed = parse_config(config) if config else EMPTY_CONFIG
         model = self.registry.acquire_bytes(model_bytes, parsed.apply_model(ModelParams()))
-        graph = Graph(model, parsed.apply_context(ContextParams()), None)
+        try:
+            graph = Graph.create(model, parsed, None)
+        except WasiNNError:
+            self.registry.release(model)
+            raise
         mem.write_u32(graph_out, state.add_graph(graph), "load graph_id_out")
 
     def _load_named(self, mem: GuestMemory, state: StoreState, name_ptr: int, name_len: int,
@@ -251,7 +255,12 @@ class WasiNNImports:
             return
         parsed = config or EMPTY_CONFIG
         model = self.registry.acquire_named(name, parsed.apply_model(ModelParams()))
-        handle = state.add_graph(Graph(model, parsed.apply_context(ContextParams()), name))
+        try:
+            graph = Graph.create(model, parsed, name)
+        except WasiNNError:
+            self.registry.release(model)
+            raise
+        handle = state.add_graph(graph)
         state.by_name[name] = handle
         mem.write_u32(graph_out, handle, "graph_id_out")
 
@@ -314,6 +323,21 @@ class WasiNNImports:
     def get_output_single(self, mem: GuestMemory, state: StoreState, ctx: int, index: int,
                           out_ptr: int, out_max: int, written_ptr: int) -> None:
         _copy_out(mem, state.context(ctx).get_output_single(index & 0xFFFF_FFFF), out_ptr, out_max, written_ptr)
+
+
+_GRAPH_FIRST = ("init_execution_context", "unload")
+_CONTEXT_FIRST = ("set_input", "compute", "get_output", "compute_single", "get_output_single",
+                  "fini_single", "finalize_execution_context")
+
+
+def _log_fields(name: str, args: tuple[int, ...], errno: Errno) -> dict[str, object]:
+    """``extra`` for a log record: the call, its graph or context handle, the errno."""
+    fields: dict[str, object] = {"event": name, "errno": int(errno)}
+    if name in _GRAPH_FIRST:
+        fields["graph"] = args[0] & 0xFFFF_FFFF
+    elif name in _CONTEXT_FIRST:
+        fields["context"] = args[0] & 0xFFFF_FFFF
+    return fields
 
 
 def _raise_unless_success(errno: Errno) -> None:

@@ -7,13 +7,13 @@ never a traceback; a guest's own exit code is passed through.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from typing import Sequence
 
 from . import __version__
 from .host import GuestError, RunOptions, WasiNN
+from .log_setup import configure_logging
 from .preload import PreloadError, parse_preload
 
 EXIT_USAGE = 2
@@ -73,7 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                      help="set an environment variable in the guest; repeatable")
     run.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                     help="host log level on stderr (default: WARNING)")
+                     help="host log level (default: WARNING); DEBUG also shows llama.cpp's own log")
+    run.add_argument("--log-file", metavar="PATH", help="write the host log to PATH instead of stderr")
+    run.add_argument("--log-format", default="text", choices=["text", "json"],
+                     help="text lines, or JSON lines with timestamp, level, event, graph, context and message")
     run.add_argument("module", metavar="MODULE.wasm", help="the guest module")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments passed to the guest")
     return parser
@@ -86,9 +89,10 @@ def _fail(message: str) -> int:
 
 def run_command(ns: argparse.Namespace) -> int:
     """``wasinn run``: returns the guest's exit code."""
-    logging.basicConfig(level=ns.log_level, format="wasinn: %(levelname)s: %(message)s", stream=sys.stderr)
-    logging.getLogger("wasinn_host").setLevel(ns.log_level)
-    logging.getLogger("wasinn_host.llama").setLevel(max(logging.getLevelName(ns.log_level), logging.WARNING))
+    try:
+        configure_logging(ns.log_level, ns.log_file, ns.log_format)
+    except OSError as exc:
+        return _fail(f"--log-file {ns.log_file!r}: {exc.strerror}")
     try:
         preloads = [parse_preload(spec) for spec in ns.nn_preload]
         dirs = [parse_dir(spec) for spec in ns.dir]

@@ -28,7 +28,7 @@ from typing import Callable
 
 from .config import SamplingParams, StopParams
 from .errors import Errno
-from .llama_backend import Batch, LlamaContext, LlamaModel, Sampler
+from .llama_backend import Batch, LlamaContext, LlamaModel, Sampler, top_probabilities
 
 log = logging.getLogger("wasinn_host")
 
@@ -72,9 +72,14 @@ class Job:
     streaming: bool = False
     """A ``compute_single`` step: only end-of-generation and context-full stop it."""
     reset_sampler: bool = True
+    cache_prompt: bool = True
+    embed: bool = False
+    """Embedding mode: decode the prompt and return its embedding instead of sampling."""
     on_piece: Callable[[bytes], None] | None = None
     # results
     generated: list[int] = field(default_factory=list)
+    probs: list[tuple[int, list[tuple[int, float]]]] = field(default_factory=list)
+    embedding: list[float] = field(default_factory=list)
     text: bytearray = field(default_factory=bytearray)
     errno: Errno = Errno.SUCCESS
     stop_reason: str = ""
@@ -217,7 +222,7 @@ class ModelWorker:
         slot.busy = True
         job.sequence.slot = slot
         job.slot = slot
-        keep = _common_prefix(slot.kv, job.tokens)
+        keep = _common_prefix(slot.kv, job.tokens) if job.cache_prompt and not job.embed else 0
         if keep == len(job.tokens):
             keep -= 1  # the last token must be decoded again to get its logits
         if keep < len(slot.kv):
@@ -277,7 +282,18 @@ class ModelWorker:
                 if not job._t_first:
                     job._t_first = now
                     job.prompt_ms = (now - job._t_start) * 1000.0
-                self._sample(job)
+                if job.embed:
+                    self._embed(job)
+                else:
+                    self._sample(job)
+
+    def _embed(self, job: Job) -> None:
+        slot = job.slot
+        assert slot is not None
+        job.embedding = self.context.embeddings(slot.seq_id, job._logits_index)
+        self.context.seq_rm(slot.seq_id, 0)  # embeddings are one-shot: free the cells
+        slot.kv.clear()
+        self._finish(job, Errno.SUCCESS, "embedding")
 
     def _sample(self, job: Job) -> None:
         if len(job.generated) >= job.limit:  # n-predict 0: prompt only
@@ -285,7 +301,11 @@ class ModelWorker:
             return
         sequence = job.sequence
         assert sequence.sampler is not None
+        if job.sampling.n_probs > 0:
+            top = top_probabilities(self.context, job._logits_index, job.sampling.n_probs)
         token = sequence.sampler.sample(self.context, job._logits_index)
+        if job.sampling.n_probs > 0:
+            job.probs.append((token, top))
         piece = self.model.piece(token)
         job.generated.append(token)
         job.text += piece
@@ -304,10 +324,14 @@ class ModelWorker:
         stop = job.stopping
         if stop.reverse_prompt and stop.reverse_prompt.encode() in job.text:
             self._finish(job, Errno.SUCCESS, "reverse-prompt")
+        elif stop.stop and _cut_at_stop(job.text, stop.stop, len(piece)):
+            self._finish(job, Errno.SUCCESS, "stop")
         elif eog:
             self._finish(job, Errno.SUCCESS, "eos")
         elif len(job.generated) >= job.limit:
             self._finish(job, Errno.SUCCESS, "n-predict")
+        elif stop.max_time_ms and (time.perf_counter() - job._t_start) * 1000.0 >= stop.max_time_ms:
+            self._finish(job, Errno.SUCCESS, "max-time")
         elif len(job.tokens) + 1 > self.n_ctx_seq:
             self._finish(job, Errno.CONTEXT_FULL, "context full")
         else:
@@ -327,6 +351,20 @@ class ModelWorker:
         if job in self._active:
             self._active.remove(job)
         job.done.set()
+
+
+def _cut_at_stop(text: bytearray, stops: tuple[str, ...], new_bytes: int) -> bool:
+    """If a stop string now occurs in ``text``, cut the text where it starts and return True."""
+    for stop in stops:
+        needle = stop.encode()
+        if not needle:
+            continue
+        start = max(0, len(text) - new_bytes - len(needle) + 1)
+        at = text.find(needle, start)
+        if at >= 0:
+            del text[at:]
+            return True
+    return False
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

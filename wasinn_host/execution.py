@@ -14,10 +14,13 @@ from dataclasses import dataclass
 
 import orjson
 
+from .chat_prompt import render_chat_prompt
 from .config import MODEL_KEY_NAMES, ContextParams, ParsedConfig, parse_config
+from .embedding import normalize
+from .log_setup import apply_logging_keys
 from .engine import Job, Sequence, print_piece
 from .errors import Errno, WasiNNError, invalid
-from .llama_backend import LLAMA_BUILD_NUMBER, LLAMA_COMMIT
+from .llama_backend import LLAMA_BUILD_NUMBER, LLAMA_COMMIT, check_grammar
 from .registry import LoadedModel, ModelRegistry
 
 log = logging.getLogger("wasinn_host")
@@ -34,6 +37,14 @@ class Graph:
     defaults: ContextParams
     name: str | None
     unloaded: bool = False
+
+    @classmethod
+    def create(cls, model: LoadedModel, config: ParsedConfig, name: str | None) -> "Graph":
+        """A graph with the config's per-context defaults (its grammar checked against the model)."""
+        defaults = config.apply_context(ContextParams())
+        check_grammar(model.llama, defaults.sampling.grammar)
+        apply_logging_keys(config)
+        return cls(model, defaults, name)
 
 
 class ExecutionContext:
@@ -62,11 +73,17 @@ class ExecutionContext:
         if index == METADATA_INDEX:
             self.apply_metadata(parse_config(data))
             return
+        if self.params.options.chat_template is not False:
+            data = render_chat_prompt(self.model.llama, self.params.options.chat_template, data)
         self.prompt_tokens = self.model.llama.tokenize(data, add_special=True, parse_special=True)
 
     def apply_metadata(self, config: ParsedConfig) -> None:
         """Per-context keys change this context; load-time keys are never applied here."""
-        self.params = config.apply_context(self.params)
+        params = config.apply_context(self.params)
+        if params.sampling.grammar != self.params.sampling.grammar:
+            check_grammar(self.model.llama, params.sampling.grammar)
+        self.params = params
+        apply_logging_keys(config)
         changed = [
             f"{MODEL_KEY_NAMES[k]}={v!r} (loaded with {getattr(self.model.params, k)!r})"
             for k, v in config.model.items() if getattr(self.model.params, k) != v
@@ -94,18 +111,35 @@ class ExecutionContext:
         return self.prompt_tokens
 
     def compute(self) -> Errno:
-        """Generate the whole answer; return 0, 101 (context full) or 5."""
+        """Generate the whole answer (or the embedding); return 0, 101 (context full) or 5."""
         tokens = self._checked_prompt()
         self.started = False
         self._clear_output()
+        if self.model.params.embedding:
+            return self._compute_embedding(tokens)
         stop = self.params.stopping
         job = Job(
             self.sequence, list(tokens),
             limit=stop.n_predict if stop.n_predict >= 0 else INT32_MAX,
             sampling=self.params.sampling, stopping=stop,
+            cache_prompt=self.params.options.cache_prompt,
             on_piece=print_piece if stop.stream_stdout else None,
         )
         self._run(job)
+        return job.errno
+
+    def _compute_embedding(self, tokens: list[int]) -> Errno:
+        n_batch = self.model.worker.context.n_batch
+        if len(tokens) > n_batch:
+            raise WasiNNError(Errno.PROMPT_TOO_LONG,
+                              f"embedding input of {len(tokens)} tokens exceeds batch-size {n_batch}")
+        job = Job(self.sequence, list(tokens), limit=0, sampling=self.params.sampling,
+                  stopping=self.params.stopping, embed=True)
+        self._run(job)
+        vector = normalize(job.embedding, self.params.options.embd_normalize)
+        self.output = bytearray(
+            f'{{"n_embedding": {len(vector)}, "embedding": [{",".join(format(v, ".10g") for v in vector)}]}}'.encode()
+        )
         return job.errno
 
     def compute_single(self) -> Errno:
@@ -118,7 +152,7 @@ class ExecutionContext:
         job = Job(
             self.sequence, prompt + self.output_tokens, limit=1,
             sampling=self.params.sampling, stopping=self.params.stopping,
-            streaming=True, reset_sampler=first,
+            streaming=True, reset_sampler=first, cache_prompt=self.params.options.cache_prompt,
         )
         self._run(job)
         if job.errno != Errno.SUCCESS:
@@ -156,12 +190,37 @@ class ExecutionContext:
         return self.metadata_json() if index == METADATA_INDEX else self.last_piece
 
     def metadata_json(self) -> bytes:
-        """WasmEdge's exact output metadata: ``{"input_tokens": N, "output_tokens": M, ...}``."""
+        """WasmEdge's exact output metadata, then (after a compute) this host's additions.
+
+        ``{"input_tokens": N, "output_tokens": M, "llama_build_number": B, "llama_commit": "C"``
+        byte for byte as WasmEdge writes it, followed by ``"stop_reason"``, ``"prompt_ms"``,
+        ``"generation_ms"``, ``"tokens_per_second"``, ``"reused_tokens"`` and, with ``n-probs``,
+        ``"probs"``.
+        """
         n_input = len(self.prompt_tokens) if self.prompt_tokens is not None else 0
-        return (
+        head = (
             f'{{"input_tokens": {n_input}, "output_tokens": {len(self.output_tokens)}, '
-            f'"llama_build_number": {LLAMA_BUILD_NUMBER}, "llama_commit": {orjson.dumps(LLAMA_COMMIT).decode()}}}'
-        ).encode()
+            f'"llama_build_number": {LLAMA_BUILD_NUMBER}, "llama_commit": {orjson.dumps(LLAMA_COMMIT).decode()}'
+        )
+        job = self.last_job
+        if job is None:
+            return (head + "}").encode()
+        extra: dict[str, object] = {
+            "stop_reason": job.stop_reason,
+            "prompt_ms": round(job.prompt_ms, 3),
+            "generation_ms": round(job.generation_ms, 3),
+            "tokens_per_second": round(len(job.generated) / (job.generation_ms / 1000.0), 3)
+            if job.generation_ms > 0 else 0.0,
+            "reused_tokens": job.reused_tokens,
+        }
+        if job.probs:
+            piece = self.model.llama.piece
+            extra["probs"] = [
+                {"id": token, "piece": piece(token).decode("utf-8", "replace"),
+                 "top": [{"id": t, "piece": piece(t).decode("utf-8", "replace"), "p": round(p, 6)} for t, p in top]}
+                for token, top in job.probs
+            ]
+        return (head + ", " + orjson.dumps(extra).decode()[1:]).encode()
 
     # -- lifetime ------------------------------------------------------------------
 

@@ -10,11 +10,13 @@ non-consecutive positions), so callers (``engine.py``) keep those invariants.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
 import threading
 from pathlib import Path
+from typing import Iterator
 
 import llama_cpp
 
@@ -34,6 +36,8 @@ LLAMA_BUILD_NUMBER: int = 0  # not exposed by libllama; WasmEdge reports its CMa
 _LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR, 5: logging.DEBUG}
 _init_lock = threading.Lock()
 _initialised = False
+_capture_lock = threading.Lock()
+_captured: list[str] | None = None
 
 
 @llama_cpp.llama_log_callback
@@ -41,10 +45,24 @@ def _route_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
     """llama.cpp's own log lines go to the ``wasinn_host.llama`` logger (silent by default)."""
     try:
         message = text.decode("utf-8", "replace").rstrip("\n")
+        if _captured is not None and level >= 3:
+            _captured.append(message.strip())
         if message:
             llama_log.log(_LEVELS.get(level, logging.DEBUG), "%s", message)
     except Exception:  # never raise into C
         pass
+
+
+@contextlib.contextmanager
+def capture_llama_log() -> Iterator[list[str]]:
+    """Collect llama.cpp's warnings and errors during a call (to explain a failure in one line)."""
+    global _captured
+    with _capture_lock:
+        _captured = lines = []
+        try:
+            yield lines
+        finally:
+            _captured = None
 
 
 def init_backend() -> None:
@@ -79,18 +97,19 @@ class LlamaModel:
             mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK if params.use_mlock else llama_cpp.LLAMA_LOAD_MODE_MMAP
         else:
             mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_MLOCK if params.use_mlock else llama_cpp.LLAMA_LOAD_MODE_NONE
-        model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
+        with capture_llama_log() as lines:
+            model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
         if not model:
-            raise WasiNNError(
-                Errno.INVALID_ARGUMENT,
-                f"llama.cpp could not load model file {str(path)!r} (not a valid GGUF model, or unsupported)",
-            )
+            cause = "; ".join(line for line in lines if line)[-300:] or "not a valid GGUF model"
+            raise WasiNNError(Errno.INVALID_ARGUMENT, f"llama.cpp could not load model file {str(path)!r}: {cause}")
         self.ptr = model
         self.vocab = llama_cpp.llama_model_get_vocab(model)
         self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.n_ctx_train: int = llama_cpp.llama_model_n_ctx_train(model)
         self.n_embd: int = llama_cpp.llama_model_n_embd(model)
         self.size_bytes: int = llama_cpp.llama_model_size(model)
+        self.bos: int = llama_cpp.llama_vocab_bos(self.vocab)
+        self.eos: int = llama_cpp.llama_vocab_eos(self.vocab)
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
 
@@ -241,32 +260,25 @@ class LlamaContext:
 
 
 class Sampler:
-    """A llama.cpp sampler chain built from :class:`SamplingParams`."""
+    """A llama.cpp sampler chain built from :class:`SamplingParams`, in llama.cpp's default order.
+
+    grammar -> logit bias -> penalties -> DRY -> top-k -> typical -> top-p -> min-p -> XTC ->
+    temperature (dynamic if ``dynatemp-range`` > 0) -> distribution; mirostat 1/2 replace the
+    truncation samplers; ``temp <= 0`` ends the chain with greedy instead.
+    """
 
     def __init__(self, model: LlamaModel, params: SamplingParams, n_ctx_seq: int) -> None:
-        chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-        add = lambda s: llama_cpp.llama_sampler_chain_add(chain, s)  # noqa: E731
-        last_n = n_ctx_seq if params.last_n_penalty < 0 else params.last_n_penalty
-        if params.repeat_penalty != 1.0 or params.presence_penalty or params.frequency_penalty:
-            add(llama_cpp.llama_sampler_init_penalties(
-                model.n_vocab, last_n, params.repeat_penalty, params.frequency_penalty, params.presence_penalty))
-        if params.greedy:
-            add(llama_cpp.llama_sampler_init_greedy())
-        else:
-            if params.top_k > 0:
-                add(llama_cpp.llama_sampler_init_top_k(params.top_k))
-            add(llama_cpp.llama_sampler_init_top_p(params.top_p, 1))
-            add(llama_cpp.llama_sampler_init_min_p(params.min_p, 1))
-            add(llama_cpp.llama_sampler_init_temp(params.temp))
-            add(llama_cpp.llama_sampler_init_dist(params.seed))
-        self.ptr = chain
+        self.ptr = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        try:
+            for sampler in _sampler_stages(model, params, n_ctx_seq):
+                llama_cpp.llama_sampler_chain_add(self.ptr, sampler)
+        except BaseException:
+            self.close()
+            raise
 
     def sample(self, ctx: LlamaContext, batch_index: int) -> int:
         """Sample (and accept) a token from the logits at ``batch_index``."""
         return int(llama_cpp.llama_sampler_sample(self.ptr, ctx.ptr, batch_index))
-
-    def accept(self, token: int) -> None:
-        llama_cpp.llama_sampler_accept(self.ptr, token)
 
     def reset(self) -> None:
         llama_cpp.llama_sampler_reset(self.ptr)
@@ -275,3 +287,82 @@ class Sampler:
         if self.ptr:
             llama_cpp.llama_sampler_free(self.ptr)
             self.ptr = None
+
+
+def grammar_sampler(model: LlamaModel, grammar: str) -> ctypes.c_void_p:
+    """A GBNF grammar sampler; errno 1 with llama.cpp's parse message if the grammar is invalid."""
+    with capture_llama_log() as lines:
+        sampler = llama_cpp.llama_sampler_init_grammar(model.vocab, grammar.encode(), b"root")
+    if not sampler:
+        detail = "; ".join(line for line in lines if line) or "llama.cpp rejected it"
+        raise WasiNNError(Errno.INVALID_ARGUMENT, f"invalid grammar: {detail}")
+    return sampler
+
+
+def check_grammar(model: LlamaModel, grammar: str) -> None:
+    """Raise errno 1 if ``grammar`` does not parse for this model."""
+    if grammar:
+        llama_cpp.llama_sampler_free(grammar_sampler(model, grammar))
+
+
+def _sampler_stages(model: LlamaModel, p: SamplingParams, n_ctx_seq: int) -> list[ctypes.c_void_p]:
+    stages = []
+    if p.grammar:
+        stages.append(grammar_sampler(model, p.grammar))
+    if p.logit_bias:
+        biases = (llama_cpp.llama_logit_bias * len(p.logit_bias))()
+        for i, (token, bias) in enumerate(p.logit_bias):
+            if token >= model.n_vocab:
+                raise WasiNNError(Errno.INVALID_ARGUMENT,
+                                  f"config key 'logit-bias': token id {token} is not in the vocabulary of {model.n_vocab}")
+            biases[i].token, biases[i].bias = token, bias
+        stages.append(llama_cpp.llama_sampler_init_logit_bias(model.n_vocab, len(p.logit_bias), biases))
+    last_n = n_ctx_seq if p.last_n_penalty < 0 else p.last_n_penalty
+    if p.repeat_penalty != 1.0 or p.presence_penalty or p.frequency_penalty:
+        stages.append(llama_cpp.llama_sampler_init_penalties(
+            model.n_vocab, last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty))
+    if p.dry_multiplier > 0:
+        breakers = (ctypes.c_char_p * len(p.dry_sequence_breakers))(*(b.encode() for b in p.dry_sequence_breakers))
+        dry_last_n = n_ctx_seq if p.dry_last_n < 0 else p.dry_last_n
+        stages.append(llama_cpp.llama_sampler_init_dry(
+            model.vocab, p.dry_multiplier, p.dry_base, p.dry_allowed_length, dry_last_n,
+            breakers, len(p.dry_sequence_breakers)))
+    if p.greedy:
+        stages.append(llama_cpp.llama_sampler_init_greedy())
+        return stages
+    min_keep = p.min_keep
+    if p.mirostat == 0:
+        if p.top_k > 0:
+            stages.append(llama_cpp.llama_sampler_init_top_k(p.top_k))
+        if p.typ_p < 1.0:
+            stages.append(llama_cpp.llama_sampler_init_typical(p.typ_p, min_keep))
+        if p.top_p < 1.0:
+            stages.append(llama_cpp.llama_sampler_init_top_p(p.top_p, min_keep))
+        if p.min_p > 0.0:
+            stages.append(llama_cpp.llama_sampler_init_min_p(p.min_p, min_keep))
+        if p.xtc_probability > 0.0:
+            stages.append(llama_cpp.llama_sampler_init_xtc(p.xtc_probability, p.xtc_threshold, min_keep, p.seed))
+    if p.dynatemp_range > 0:
+        stages.append(llama_cpp.llama_sampler_init_temp_ext(p.temp, p.dynatemp_range, p.dynatemp_exponent))
+    else:
+        stages.append(llama_cpp.llama_sampler_init_temp(p.temp))
+    if p.mirostat == 1:
+        stages.append(llama_cpp.llama_sampler_init_mirostat(model.n_vocab, p.seed, p.mirostat_ent, p.mirostat_eta, 100))
+    elif p.mirostat == 2:
+        stages.append(llama_cpp.llama_sampler_init_mirostat_v2(p.seed, p.mirostat_ent, p.mirostat_eta))
+    else:
+        stages.append(llama_cpp.llama_sampler_init_dist(p.seed))
+    return stages
+
+
+def top_probabilities(ctx: LlamaContext, batch_index: int, n: int) -> list[tuple[int, float]]:
+    """The ``n`` most likely next tokens and their probabilities (softmax of the raw logits)."""
+    import numpy as np
+
+    logits_ptr = llama_cpp.llama_get_logits_ith(ctx.ptr, batch_index)
+    logits = np.ctypeslib.as_array(logits_ptr, shape=(ctx.model.n_vocab,)).astype(np.float64)
+    top = np.argpartition(-logits, min(n, len(logits) - 1))[:n]
+    top = top[np.argsort(-logits[top])]
+    exp = np.exp(logits - logits.max())
+    probs = exp / exp.sum()
+    return [(int(t), float(probs[t])) for t in top]
