@@ -120,4 +120,4 @@ class AbiGuest:
         rc = self.call("compute", ctx)
         out_rc, text = self.get_output(ctx)
         assert out_rc == 0
-        return rc, text.decode()
+        return rc, text.decode("utf-8", "replace")

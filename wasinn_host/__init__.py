@@ -13,8 +13,9 @@ from .errors import Errno, WasiNNError
 from .host import GuestError, RunOptions, WasiNN
 from .preload import Preload, PreloadError, parse_preload
 from .registry import ModelRegistry, default_registry
+from .session import Session
 
 __all__ = [
-    "Errno", "GuestError", "ModelRegistry", "Preload", "PreloadError", "RunOptions", "WasiNN",
+    "Errno", "GuestError", "ModelRegistry", "Preload", "PreloadError", "RunOptions", "Session", "WasiNN",
     "WasiNNError", "__version__", "default_registry", "parse_preload",
 ]

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .config import SamplingParams, StopParams
-from .errors import Errno
+from .errors import Errno, WasiNNError
 from .llama_backend import Batch, LlamaContext, LlamaModel, Sampler, top_probabilities
 
 log = logging.getLogger("wasinn_host")
@@ -199,10 +199,19 @@ class ModelWorker:
             if slot is None:
                 still_waiting.append(job)
                 continue
-            self._start(job, slot)
+            try:
+                self._start(job, slot)
+            except WasiNNError as err:
+                log.warning("model %s: %s", self.name, err)
+                self._finish(job, err.errno, err.message)
         self._waiting = still_waiting
 
     def _pick_slot(self, job: Job) -> Slot | None:
+        """The job's own slot, else the free slot sharing the longest real prefix, else the lowest id.
+
+        Keeping busy slots at low, consecutive ids matters: llama.cpp splits a batch whose
+        sequence ids are not consecutive into several forward passes.
+        """
         own = job.sequence.slot
         if own is not None and own.owner is job.sequence and not own.busy:
             return own
@@ -210,7 +219,12 @@ class ModelWorker:
         if not free:
             return None
         unowned = [s for s in free if s.owner is None] or free
-        return max(unowned, key=lambda s: (_common_prefix(s.kv, job.tokens), -s.last_used))
+
+        def score(slot: Slot) -> tuple[int, int]:
+            shared = _common_prefix(slot.kv, job.tokens)
+            return (shared if shared > 1 else 0, -slot.seq_id)  # BOS alone is no reuse
+
+        return max(unowned, key=score)
 
     def _start(self, job: Job, slot: Slot) -> None:
         if not job.tokens:
@@ -245,7 +259,7 @@ class ModelWorker:
         budget = batch.capacity
         # generating jobs first (one token each), then prompt chunks
         ordered = sorted(self._active, key=lambda j: len(j.tokens) - len(j.slot.kv) if j.slot else 0)
-        in_batch: list[Job] = []
+        planned: list[tuple[Job, int]] = []
         for job in ordered:
             slot = job.slot
             assert slot is not None
@@ -253,13 +267,20 @@ class ModelWorker:
             if pending <= 0 or budget <= 0:
                 continue
             take = min(pending, budget)
+            budget -= take
+            planned.append((job, take))
+        # tokens in sequence-id order, so llama.cpp can run them in one pass
+        planned.sort(key=lambda item: item[0].slot.seq_id if item[0].slot else 0)
+        in_batch: list[Job] = []
+        for job, take in planned:
+            slot = job.slot
+            assert slot is not None
             start = len(slot.kv)
             last = start + take == len(job.tokens)
             for offset in range(take):
                 pos = start + offset
                 index = batch.add(job.tokens[pos], pos, slot.seq_id, last and offset == take - 1)
             slot.kv.extend(job.tokens[start:start + take])
-            budget -= take
             job._logits_index = index if last else -1
             in_batch.append(job)
         if batch.n == 0:

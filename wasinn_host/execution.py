@@ -20,7 +20,7 @@ from .embedding import normalize
 from .log_setup import apply_logging_keys
 from .engine import Job, Sequence, print_piece
 from .errors import Errno, WasiNNError, invalid
-from .llama_backend import LLAMA_BUILD_NUMBER, LLAMA_COMMIT, check_grammar
+from .llama_backend import LLAMA_BUILD_NUMBER, LLAMA_COMMIT, check_sampling
 from .registry import LoadedModel, ModelRegistry
 
 log = logging.getLogger("wasinn_host")
@@ -42,7 +42,7 @@ class Graph:
     def create(cls, model: LoadedModel, config: ParsedConfig, name: str | None) -> "Graph":
         """A graph with the config's per-context defaults (its grammar checked against the model)."""
         defaults = config.apply_context(ContextParams())
-        check_grammar(model.llama, defaults.sampling.grammar)
+        check_sampling(model.llama, defaults.sampling)
         apply_logging_keys(config)
         return cls(model, defaults, name)
 
@@ -80,8 +80,8 @@ class ExecutionContext:
     def apply_metadata(self, config: ParsedConfig) -> None:
         """Per-context keys change this context; load-time keys are never applied here."""
         params = config.apply_context(self.params)
-        if params.sampling.grammar != self.params.sampling.grammar:
-            check_grammar(self.model.llama, params.sampling.grammar)
+        if params.sampling != self.params.sampling:
+            check_sampling(self.model.llama, params.sampling)
         self.params = params
         apply_logging_keys(config)
         changed = [

@@ -18,13 +18,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence, Union
+from typing import Any, Iterable, Mapping, Sequence, Union
 
 import wasmtime
 
 from .abi import WasiNNImports
 from .preload import Preload
 from .registry import LoadedModel, ModelRegistry, default_registry
+from .session import Session
 
 ModuleSource = Union[str, os.PathLike, bytes, wasmtime.Module]
 
@@ -80,6 +81,10 @@ class WasiNN:
     def detach(self, store: wasmtime.Store) -> None:
         """Free ``store``'s graphs and execution contexts now."""
         self.imports.detach(store)
+
+    def session(self, name: str, config: Mapping[str, Any] | str | bytes | None = None) -> Session:
+        """An execution context on a preloaded ``name`` for use from Python (see :class:`Session`)."""
+        return Session(self.registry, name, config)
 
     def models(self) -> list[LoadedModel]:
         """The models loaded in this process."""

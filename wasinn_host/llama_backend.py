@@ -14,6 +14,8 @@ import contextlib
 import ctypes
 import logging
 import os
+import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Iterator
@@ -289,20 +291,42 @@ class Sampler:
             self.ptr = None
 
 
+@contextlib.contextmanager
+def capture_stderr() -> Iterator[list[str]]:
+    """Collect what C code prints on file descriptor 2 during a call (llama.cpp's grammar
+    parser reports the position of a syntax error there, not through its log)."""
+    lines: list[str] = []
+    with _capture_lock, tempfile.TemporaryFile() as sink:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines.extend(sink.read(8192).decode("utf-8", "replace").splitlines())
+
+
 def grammar_sampler(model: LlamaModel, grammar: str) -> ctypes.c_void_p:
     """A GBNF grammar sampler; errno 1 with llama.cpp's parse message if the grammar is invalid."""
-    with capture_llama_log() as lines:
+    with capture_stderr() as lines:
         sampler = llama_cpp.llama_sampler_init_grammar(model.vocab, grammar.encode(), b"root")
     if not sampler:
-        detail = "; ".join(line for line in lines if line) or "llama.cpp rejected it"
-        raise WasiNNError(Errno.INVALID_ARGUMENT, f"invalid grammar: {detail}")
+        detail = next((line.strip() for line in lines if "error" in line), "llama.cpp rejected it")
+        raise WasiNNError(Errno.INVALID_ARGUMENT, f"invalid grammar: {detail[:300]}")
     return sampler
 
 
-def check_grammar(model: LlamaModel, grammar: str) -> None:
-    """Raise errno 1 if ``grammar`` does not parse for this model."""
-    if grammar:
-        llama_cpp.llama_sampler_free(grammar_sampler(model, grammar))
+def check_sampling(model: LlamaModel, params: SamplingParams) -> None:
+    """Raise errno 1 if the grammar does not parse or a logit-bias token is not in the vocabulary."""
+    for token, _bias in params.logit_bias:
+        if token >= model.n_vocab:
+            raise WasiNNError(Errno.INVALID_ARGUMENT,
+                              f"config key 'logit-bias': token id {token} is not in the vocabulary of {model.n_vocab}")
+    if params.grammar:
+        llama_cpp.llama_sampler_free(grammar_sampler(model, params.grammar))
 
 
 def _sampler_stages(model: LlamaModel, p: SamplingParams, n_ctx_seq: int) -> list[ctypes.c_void_p]:
