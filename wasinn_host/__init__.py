@@ -11,11 +11,12 @@ __version__ = "0.1.0"
 
 from .errors import Errno, WasiNNError
 from .host import GuestError, RunOptions, WasiNN
+from .limits import Limits
 from .preload import Preload, PreloadError, parse_preload
 from .registry import ModelRegistry, default_registry
 from .session import Session
 
 __all__ = [
-    "Errno", "GuestError", "ModelRegistry", "Preload", "PreloadError", "RunOptions", "Session", "WasiNN",
+    "Errno", "GuestError", "Limits", "ModelRegistry", "Preload", "PreloadError", "RunOptions", "Session", "WasiNN",
     "WasiNNError", "__version__", "default_registry", "parse_preload",
 ]

@@ -17,8 +17,9 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+import time
 import weakref
-from typing import Callable
+from typing import Callable, Iterable
 
 import wasmtime
 
@@ -28,7 +29,9 @@ from .execution import ExecutionContext, Graph
 from .guest_memory import GuestMemory
 from .native_func import GuestTrap, MemoryRef, caller_memory, define_i32_func
 from .preload import Encoding, Target
+from .limits import Limits
 from .registry import ModelRegistry
+from .store_state import ContextCounter, StoreState
 
 log = logging.getLogger("wasinn_host")
 
@@ -57,64 +60,6 @@ SIGNATURES: dict[str, int] = {
 }
 
 
-class StoreState:
-    """Per-Store handle tables: graphs and contexts numbered from 0, never reused."""
-
-    def __init__(self, registry: ModelRegistry) -> None:
-        self.registry = registry
-        self.graphs: dict[int, Graph] = {}
-        self.contexts: dict[int, ExecutionContext] = {}
-        self.by_name: dict[str, int] = {}
-        self.next_graph = 0
-        self.next_context = 0
-        self.memory: MemoryRef | None = None
-        self.cache_memory = False
-
-    def graph(self, handle: int) -> Graph:
-        graph = self.graphs.get(handle & 0xFFFF_FFFF)
-        if graph is None:
-            raise invalid(f"graph handle {handle & 0xFFFF_FFFF} is not loaded in this store")
-        return graph
-
-    def context(self, handle: int) -> ExecutionContext:
-        context = self.contexts.get(handle & 0xFFFF_FFFF)
-        if context is None:
-            raise invalid(f"execution context handle {handle & 0xFFFF_FFFF} does not exist in this store")
-        return context
-
-    def add_graph(self, graph: Graph) -> int:
-        handle = self.next_graph
-        self.next_graph += 1
-        self.graphs[handle] = graph
-        return handle
-
-    def add_context(self, context: ExecutionContext) -> int:
-        handle = self.next_context
-        self.next_context += 1
-        self.contexts[handle] = context
-        return handle
-
-    def unload(self, handle: int) -> None:
-        graph = self.graph(handle)
-        del self.graphs[handle & 0xFFFF_FFFF]
-        graph.unloaded = True
-        if graph.name is not None and self.by_name.get(graph.name) == handle & 0xFFFF_FFFF:
-            del self.by_name[graph.name]
-        self.registry.release(graph.model)
-
-    def close(self) -> None:
-        """Free every context and graph of this Store."""
-        for context in self.contexts.values():
-            context.close()
-        self.contexts.clear()
-        for graph in self.graphs.values():
-            graph.unloaded = True
-            self.registry.release(graph.model)
-        self.graphs.clear()
-        self.by_name.clear()
-        self.memory = None
-
-
 def _store_key(store: wasmtime.Store) -> int:
     return ctypes.addressof(store._context().contents)
 
@@ -122,19 +67,31 @@ def _store_key(store: wasmtime.Store) -> int:
 class WasiNNImports:
     """The import functions, bound to a registry; one instance serves any number of Stores."""
 
-    def __init__(self, registry: ModelRegistry, *, allow_load_bytes: bool = True) -> None:
+    def __init__(self, registry: ModelRegistry, limits: Limits | None = None,
+                 allowed: Iterable[str] | None = None) -> None:
         self.registry = registry
-        self.allow_load_bytes = allow_load_bytes
+        self.limits = limits or Limits()
+        self.allowed = frozenset(allowed) if allowed is not None else None
+        self.contexts_alive = ContextCounter()
         self._states: dict[int, StoreState] = {}
         self._lock = threading.Lock()
         self._warned_unattached = False
+        self._reaper: threading.Thread | None = None
 
     # -- Store bookkeeping ---------------------------------------------------------
 
-    def attach(self, store: wasmtime.Store) -> StoreState:
-        """Register a Store: its state is freed with it, and its memory export is cached."""
+    def _new_state(self, allowed: Iterable[str] | None = None) -> StoreState:
+        self._start_reaper()
+        return StoreState(self.registry, self.limits, self.contexts_alive,
+                          allowed if allowed is not None else self.allowed)
+
+    def attach(self, store: wasmtime.Store, allowed: Iterable[str] | None = None) -> StoreState:
+        """Register a Store: its state is freed with it, and its memory export is cached.
+
+        ``allowed`` limits the model names this Store may load (default: the instance's list).
+        """
         key = _store_key(store)
-        state = StoreState(self.registry)
+        state = self._new_state(allowed)
         state.cache_memory = True
         with self._lock:
             old = self._states.pop(key, None)
@@ -160,11 +117,32 @@ class WasiNNImports:
         with self._lock:
             return len(self._states)
 
+    def states(self) -> list[StoreState]:
+        """The Stores known now."""
+        with self._lock:
+            return list(self._states.values())
+
+    def _start_reaper(self) -> None:
+        if self._reaper is not None or self.limits.idle_timeout_ms <= 0:
+            return
+        self._reaper = threading.Thread(target=self._reap_forever, name="wasinn-idle-reaper", daemon=True)
+        self._reaper.start()
+
+    def _reap_forever(self) -> None:
+        idle = self.limits.idle_timeout_ms / 1000.0
+        while True:
+            time.sleep(min(max(idle / 4, 0.01), 5.0))
+            for state in self.states():
+                reaped = state.reap_idle(idle)
+                if reaped:
+                    log.info("finalised %d execution contexts idle for more than idle_timeout_ms=%d",
+                             reaped, self.limits.idle_timeout_ms)
+
     def _state(self, key: int) -> StoreState:
         state = self._states.get(key)
         if state is None:
             with self._lock:
-                state = self._states.setdefault(key, StoreState(self.registry))
+                state = self._states.setdefault(key, self._new_state())
             if not self._warned_unattached:
                 self._warned_unattached = True
                 log.warning("a Store not attached with WasiNN.attach() called wasi_ephemeral_nn; "
@@ -222,10 +200,15 @@ class WasiNNImports:
         count = builders_len & 0xFFFF_FFFF
         if count == 0:
             raise invalid("load: the graph-builder array is empty; builders[0] must hold the GGUF bytes")
-        if not self.allow_load_bytes:
+        if not self.limits.allow_load_bytes:
             raise WasiNNError(Errno.UNSUPPORTED_OPERATION,
-                              "load: loading models from guest bytes is disabled on this host; use load_by_name")
+                              "load: loading models from guest bytes is disabled on this host "
+                              "(Limits(allow_load_bytes=True) or drop `wasinn run --no-load-bytes`); use load_by_name")
+        state.check_graph_room()
         entries = mem.read_u32s(builders_ptr, 2 * min(count, 2), "load builders")
+        if entries[1] > self.limits.max_load_bytes:
+            raise self.limits.refuse(Errno.TOO_LARGE, f"load: model of {entries[1]} bytes", "max_load_bytes",
+                                     self.limits.max_load_bytes)
         mem.check(graph_out, 4, "load graph_id_out")
         model_bytes = mem.read(entries[0], entries[1], "load builders[0]")
         if model_bytes.startswith(PRELOAD_PREFIX):
@@ -249,10 +232,12 @@ class WasiNNImports:
             name = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise invalid(f"model name {raw!r} is not valid UTF-8") from None
+        state.check_name(name)
         cached = state.by_name.get(name)
-        if cached is not None:
+        if cached is not None and not state.graphs[cached].model.stale:
             mem.write_u32(graph_out, cached, "graph_id_out")
             return
+        state.check_graph_room()
         parsed = config or EMPTY_CONFIG
         model = self.registry.acquire_named(name, parsed.apply_model(ModelParams()))
         try:
@@ -281,13 +266,12 @@ class WasiNNImports:
     def init_execution_context(self, mem: GuestMemory, state: StoreState, graph: int, ctx_out: int) -> None:
         target = state.graph(graph)
         mem.check(ctx_out, 4, "ctx_out")
-        handle = state.add_context(ExecutionContext(target, self.registry))
+        state.check_context_room()
+        handle = state.add_context(ExecutionContext(target, self.registry, self.limits))
         mem.write_u32(ctx_out, handle, "ctx_out")
 
     def finalize_execution_context(self, mem: GuestMemory, state: StoreState, ctx: int) -> None:
-        context = state.context(ctx)
-        del state.contexts[ctx & 0xFFFF_FFFF]
-        context.close()
+        state.finalize(ctx)
 
     def set_input(self, mem: GuestMemory, state: StoreState, ctx: int, index: int, tensor_ptr: int) -> None:
         context = state.context(ctx)
@@ -304,6 +288,9 @@ class WasiNNImports:
             product *= d
         if dims and product not in (1, data_len):
             raise invalid(f"set_input: dims {list(dims)} do not describe {data_len} bytes; use [1] or [{data_len}]")
+        if data_len > self.limits.max_prompt_bytes:
+            raise self.limits.refuse(Errno.TOO_LARGE, f"set_input: input of {data_len} bytes", "max_prompt_bytes",
+                                     self.limits.max_prompt_bytes)
         data = mem.read(data_ptr, data_len, "tensor data")
         context.set_input(index & 0xFFFF_FFFF, data)
 

@@ -115,6 +115,8 @@ class PromptOptions:
     ctx_shift: bool = False
     n_keep: int = 0
     priority: int = 0
+    queue_timeout_ms: int = -1
+    """-1: the host's default (``Limits.queue_timeout_ms``)."""
     embd_normalize: int = 2
 
 
@@ -217,6 +219,7 @@ _KEYS: tuple[KeySpec, ...] = (
     KeySpec("ctx-shift", bool, "options", "ctx_shift"),
     KeySpec("n-keep", int, "options", "n_keep", _at_least(-1), ">= -1 (-1 = the whole prompt)"),
     KeySpec("priority", int, "options", "priority", _between(-100, 100), "-100 to 100 (higher runs first)"),
+    KeySpec("queue-timeout-ms", int, "options", "queue_timeout_ms", _at_least(-1), ">= -1 (-1 = host default, 0 = none)"),
     KeySpec("embd-normalize", int, "options", "embd_normalize", _at_least(-1), ">= -1 (-1 none, 0 max-abs, 1 taxicab, 2 L2, >2 p-norm)"),
     # logging
     KeySpec("enable-log", bool, "logging", "enable_log"),

@@ -73,6 +73,11 @@ class Job:
     """A ``compute_single`` step: only end-of-generation and context-full stop it."""
     reset_sampler: bool = True
     cache_prompt: bool = True
+    priority: int = 0
+    queue_timeout_ms: int = 0
+    ctx_shift: bool = False
+    n_keep: int = 0
+    max_output_bytes: int = 1 << 62
     embed: bool = False
     """Embedding mode: decode the prompt and return its embedding instead of sampling."""
     on_piece: Callable[[bytes], None] | None = None
@@ -89,6 +94,8 @@ class Job:
     done: threading.Event = field(default_factory=threading.Event)
     # worker state
     slot: Slot | None = None
+    shifted_tokens: int = 0
+    _order: int = 0
     _logits_index: int = -1
     _t_start: float = 0.0
     _t_first: float = 0.0
@@ -97,8 +104,9 @@ class Job:
 class ModelWorker:
     """Drives one llama.cpp context from one thread for every execution context of a model."""
 
-    def __init__(self, model: LlamaModel, context: LlamaContext, name: str) -> None:
+    def __init__(self, model: LlamaModel, context: LlamaContext, name: str, max_queue: int = 256) -> None:
         self.model = model
+        self.max_queue = max_queue
         self.context = context
         self.name = name
         self.n_ctx_seq = context.n_ctx_seq
@@ -113,6 +121,11 @@ class ModelWorker:
         self.decode_calls = 0
         self.decoded_tokens = 0
         self.generated_tokens = 0
+        self.sequences_decoded = 0  # summed over decode calls: busy sequences per decode
+        self.requests = 0
+        self.rejected = 0
+        self.reused_tokens = 0
+        self._submitted = 0
         self._thread = threading.Thread(target=self._run, name=f"wasinn-model-{name}", daemon=True)
         self._thread.start()
 
@@ -131,10 +144,29 @@ class ModelWorker:
                 job.stop_reason = "model closed"
                 job.done.set()
                 return job
+            if len(self._incoming) + len(self._waiting) >= self.max_queue:
+                self.rejected += 1
+                job.errno = Errno.BUSY
+                job.stop_reason = f"queue full: {self.max_queue} requests are waiting for model {self.name}"
+                job.done.set()
+                return job
+            self._submitted += 1
+            job._order = self._submitted
+            self.requests += 1
             self._incoming.append(job)
             self._cv.notify()
         job.done.wait()
         return job
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting for a free sequence."""
+        return len(self._incoming) + len(self._waiting)
+
+    @property
+    def active(self) -> int:
+        """Requests being decoded now."""
+        return len(self._active)
 
     def release(self, sequence: Sequence) -> None:
         """Forget an execution context: free its sampler; its slot's KV stays reusable."""
@@ -192,9 +224,18 @@ class ModelWorker:
         self._releases.clear()
 
     def _assign_slots(self) -> None:
+        """Start waiting jobs, highest priority first, then in arrival order; expire old ones."""
         still_waiting: collections.deque[Job] = collections.deque()
-        while self._waiting:
-            job = self._waiting.popleft()
+        now = time.perf_counter()
+        for job in sorted(self._waiting, key=lambda j: (-j.priority, j._order)):
+            if job.queue_timeout_ms and (now - job._t_start) * 1000.0 > job.queue_timeout_ms:
+                log.warning("model %s: a request waited more than queue-timeout-ms=%d for a free sequence; "
+                            "answered Busy", self.name, job.queue_timeout_ms)
+                self._finish(job, Errno.BUSY, "queue timeout")
+                continue
+            if still_waiting and not self._has_free_slot():
+                still_waiting.append(job)
+                continue
             slot = self._pick_slot(job)
             if slot is None:
                 still_waiting.append(job)
@@ -205,6 +246,9 @@ class ModelWorker:
                 log.warning("model %s: %s", self.name, err)
                 self._finish(job, err.errno, err.message)
         self._waiting = still_waiting
+
+    def _has_free_slot(self) -> bool:
+        return any(not s.busy for s in self.slots)
 
     def _pick_slot(self, job: Job) -> Slot | None:
         """The job's own slot, else the free slot sharing the longest real prefix, else the lowest id.
@@ -243,6 +287,7 @@ class ModelWorker:
             self.context.seq_rm(slot.seq_id, keep)
             del slot.kv[keep:]
         job.reused_tokens = keep
+        self.reused_tokens += keep
         sequence = job.sequence
         if sequence.sampler is None or sequence.sampler_params != job.sampling:
             if sequence.sampler is not None:
@@ -288,6 +333,7 @@ class ModelWorker:
         rc = self.context.decode(batch)
         self.decode_calls += 1
         self.decoded_tokens += batch.n
+        self.sequences_decoded += len(in_batch)
         if rc != 0:
             log.error("model %s: llama_decode failed with %d for %d tokens", self.name, rc, batch.n)
             for job in in_batch:
@@ -353,10 +399,29 @@ class ModelWorker:
             self._finish(job, Errno.SUCCESS, "n-predict")
         elif stop.max_time_ms and (time.perf_counter() - job._t_start) * 1000.0 >= stop.max_time_ms:
             self._finish(job, Errno.SUCCESS, "max-time")
-        elif len(job.tokens) + 1 > self.n_ctx_seq:
+        elif len(job.text) > job.max_output_bytes:
+            log.warning("model %s: output reached max_output_bytes=%d; generation stopped "
+                        "(raise it with Limits(max_output_bytes=...) or `wasinn run --max-output-bytes`)",
+                        self.name, job.max_output_bytes)
+            self._finish(job, Errno.TOO_LARGE, "output limit")
+        elif len(job.tokens) + 1 > self.n_ctx_seq and not (job.ctx_shift and self._shift(job)):
             self._finish(job, Errno.CONTEXT_FULL, "context full")
         else:
             job.tokens.append(token)  # decoded in the next batch
+
+    def _shift(self, job: Job) -> bool:
+        """Context shift (llama.cpp server style): keep ``n_keep`` tokens, drop half of the rest."""
+        slot = job.slot
+        assert slot is not None
+        n_keep = len(job.tokens) if job.n_keep < 0 else min(job.n_keep, len(job.tokens))
+        n_discard = (len(slot.kv) - n_keep) // 2
+        if n_discard <= 0 or not self.context.can_shift():
+            return False
+        self.context.seq_shift(slot.seq_id, n_keep, n_discard)
+        del slot.kv[n_keep:n_keep + n_discard]
+        del job.tokens[n_keep:n_keep + n_discard]
+        job.shifted_tokens += n_discard
+        return True
 
     def _finish(self, job: Job, errno: Errno, reason: str) -> None:
         job.errno = errno

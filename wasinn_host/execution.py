@@ -10,6 +10,7 @@ itself is a job for the model's worker (``engine.py``).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 import orjson
@@ -17,6 +18,7 @@ import orjson
 from .chat_prompt import render_chat_prompt
 from .config import MODEL_KEY_NAMES, ContextParams, ParsedConfig, parse_config
 from .embedding import normalize
+from .limits import Limits
 from .log_setup import apply_logging_keys
 from .engine import Job, Sequence, print_piece
 from .errors import Errno, WasiNNError, invalid
@@ -50,11 +52,14 @@ class Graph:
 class ExecutionContext:
     """One execution context: prompt in, text out, with WasmEdge's observable behaviour."""
 
-    def __init__(self, graph: Graph, registry: ModelRegistry) -> None:
+    def __init__(self, graph: Graph, registry: ModelRegistry, limits: Limits | None = None) -> None:
         self.graph = graph
         self.model = graph.model
         self._registry = registry
+        self.limits = limits or Limits()
         registry.retain(self.model)
+        self.busy = False
+        self.last_used = time.monotonic()
         self.params = graph.defaults
         self.sequence = Sequence()
         self.prompt_tokens: list[int] | None = None
@@ -80,6 +85,9 @@ class ExecutionContext:
     def apply_metadata(self, config: ParsedConfig) -> None:
         """Per-context keys change this context; load-time keys are never applied here."""
         params = config.apply_context(self.params)
+        if params.stopping.n_predict > self.limits.max_n_predict:
+            raise self.limits.refuse(Errno.INVALID_ARGUMENT, f"n-predict {params.stopping.n_predict}",
+                                     "max_n_predict", self.limits.max_n_predict)
         if params.sampling != self.params.sampling:
             check_sampling(self.model.llama, params.sampling)
         self.params = params
@@ -118,23 +126,28 @@ class ExecutionContext:
         if self.model.params.embedding:
             return self._compute_embedding(tokens)
         stop = self.params.stopping
-        job = Job(
-            self.sequence, list(tokens),
-            limit=stop.n_predict if stop.n_predict >= 0 else INT32_MAX,
-            sampling=self.params.sampling, stopping=stop,
-            cache_prompt=self.params.options.cache_prompt,
-            on_piece=print_piece if stop.stream_stdout else None,
-        )
+        limit = stop.n_predict if stop.n_predict >= 0 else INT32_MAX
+        job = self._job(list(tokens), limit=min(limit, self.limits.max_n_predict))
+        job.on_piece = print_piece if stop.stream_stdout else None
         self._run(job)
         return job.errno
+
+    def _job(self, tokens: list[int], limit: int, **kwargs: object) -> Job:
+        options = self.params.options
+        queue_timeout = options.queue_timeout_ms if options.queue_timeout_ms >= 0 else self.limits.queue_timeout_ms
+        return Job(
+            self.sequence, tokens, limit=limit, sampling=self.params.sampling, stopping=self.params.stopping,
+            cache_prompt=options.cache_prompt, priority=options.priority, queue_timeout_ms=queue_timeout,
+            ctx_shift=options.ctx_shift, n_keep=options.n_keep, max_output_bytes=self.limits.max_output_bytes,
+            **kwargs,  # type: ignore[arg-type]
+        )
 
     def _compute_embedding(self, tokens: list[int]) -> Errno:
         n_batch = self.model.worker.context.n_batch
         if len(tokens) > n_batch:
             raise WasiNNError(Errno.PROMPT_TOO_LONG,
                               f"embedding input of {len(tokens)} tokens exceeds batch-size {n_batch}")
-        job = Job(self.sequence, list(tokens), limit=0, sampling=self.params.sampling,
-                  stopping=self.params.stopping, embed=True)
+        job = self._job(list(tokens), limit=0, embed=True)
         self._run(job)
         vector = normalize(job.embedding, self.params.options.embd_normalize)
         self.output = bytearray(
@@ -149,11 +162,7 @@ class ExecutionContext:
         if first:
             self._clear_output()
             self.started = True
-        job = Job(
-            self.sequence, prompt + self.output_tokens, limit=1,
-            sampling=self.params.sampling, stopping=self.params.stopping,
-            streaming=True, reset_sampler=first, cache_prompt=self.params.options.cache_prompt,
-        )
+        job = self._job(prompt + self.output_tokens, limit=1, streaming=True, reset_sampler=first)
         self._run(job)
         if job.errno != Errno.SUCCESS:
             self.started = False
@@ -165,14 +174,19 @@ class ExecutionContext:
         self._clear_output()
 
     def _run(self, job: Job) -> None:
-        self.model.worker.submit(job)
+        self.busy = True
+        try:
+            self.model.worker.submit(job)
+        finally:
+            self.busy = False
+            self.last_used = time.monotonic()
         self.last_job = job
         self.output += job.text
         self.output_tokens += job.generated
         if job.generated:
             self.last_piece = self.model.llama.piece(job.generated[-1])
-        if job.errno == Errno.RUNTIME_ERROR:
-            raise WasiNNError(Errno.RUNTIME_ERROR, f"inference failed: {job.stop_reason}")
+        if job.errno in (Errno.RUNTIME_ERROR, Errno.BUSY, Errno.INVALID_ARGUMENT, Errno.TOO_LARGE):
+            raise WasiNNError(job.errno, f"compute on model {self.model.label}: {job.stop_reason}")
 
     def _clear_output(self) -> None:
         self.output = bytearray()

@@ -23,9 +23,12 @@ from typing import Any, Iterable, Mapping, Sequence, Union
 import wasmtime
 
 from .abi import WasiNNImports
+from .limits import Limits
+from .metrics import serve_metrics
 from .preload import Preload
 from .registry import LoadedModel, ModelRegistry, default_registry
 from .session import Session
+from .status import backend_status
 
 ModuleSource = Union[str, os.PathLike, bytes, wasmtime.Module]
 
@@ -62,21 +65,27 @@ class WasiNN:
         preload: Iterable[Preload | str] = (),
         *,
         registry: ModelRegistry | None = None,
-        allow_load_bytes: bool = True,
+        limits: Limits | None = None,
+        allowed_models: Iterable[str] | None = None,
+        engine: wasmtime.Engine | None = None,
     ) -> None:
         self.registry = registry if registry is not None else default_registry()
         for spec in preload:
             self.registry.add_preload(spec)
-        self.imports = WasiNNImports(self.registry, allow_load_bytes=allow_load_bytes)
-        self.engine = wasmtime.Engine()
+        self.limits = limits or Limits()
+        self.imports = WasiNNImports(self.registry, self.limits, allowed_models)
+        self.engine = engine or wasmtime.Engine()
 
     def add_to_linker(self, linker: wasmtime.Linker) -> None:
         """Define the 12 ``wasi_ephemeral_nn`` imports on ``linker`` (usable with many Stores)."""
         self.imports.add_to_linker(linker)
 
-    def attach(self, store: wasmtime.Store) -> None:
-        """Give ``store`` its own handle tables; they are freed when the Store is."""
-        self.imports.attach(store)
+    def attach(self, store: wasmtime.Store, allowed_models: Iterable[str] | None = None) -> None:
+        """Give ``store`` its own handle tables (freed with the Store).
+
+        ``allowed_models`` limits which preloaded names this Store may load.
+        """
+        self.imports.attach(store, allowed_models)
 
     def detach(self, store: wasmtime.Store) -> None:
         """Free ``store``'s graphs and execution contexts now."""
@@ -85,6 +94,21 @@ class WasiNN:
     def session(self, name: str, config: Mapping[str, Any] | str | bytes | None = None) -> Session:
         """An execution context on a preloaded ``name`` for use from Python (see :class:`Session`)."""
         return Session(self.registry, name, config)
+
+    def swap_model(self, name: str, path: str | os.PathLike | None = None) -> None:
+        """Hot swap: new ``load_by_name(name)`` calls get the model at ``path`` (or the file re-read);
+        contexts running on the old model finish there, and it is freed after its last one."""
+        self.registry.swap(name, path)
+
+    def status(self) -> dict[str, Any]:
+        """Queue, memory, sessions, performance and model information (JSON-ready)."""
+        return backend_status(self.imports)
+
+    get_backend_status = status
+
+    def serve_metrics(self, port: int, address: str = "127.0.0.1") -> None:
+        """Serve Prometheus metrics on ``address:port`` (needs ``prometheus-client``)."""
+        serve_metrics(self.imports, port, address)
 
     def models(self) -> list[LoadedModel]:
         """The models loaded in this process."""

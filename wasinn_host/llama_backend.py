@@ -236,6 +236,7 @@ class LlamaContext:
         self.n_batch: int = llama_cpp.llama_n_batch(ctx)
         self.memory = llama_cpp.llama_get_memory(ctx)
         self.threads = threads
+        self.kv_bytes = _kv_bytes(model, cparams.n_ctx)
 
     def decode(self, batch: Batch) -> int:
         """Run one ``llama_decode``; 0 on success (llama.cpp's return code otherwise)."""
@@ -245,6 +246,15 @@ class LlamaContext:
     def seq_rm(self, seq_id: int, start: int) -> None:
         """Drop the sequence's cells from position ``start`` on."""
         llama_cpp.llama_memory_seq_rm(self.memory, seq_id, start, -1)
+
+    def can_shift(self) -> bool:
+        """Whether this model's KV cache supports moving positions (context shift)."""
+        return bool(llama_cpp.llama_memory_can_shift(self.memory))
+
+    def seq_shift(self, seq_id: int, keep: int, discard: int) -> None:
+        """Drop ``discard`` cells after the first ``keep`` and move the rest back."""
+        llama_cpp.llama_memory_seq_rm(self.memory, seq_id, keep, keep + discard)
+        llama_cpp.llama_memory_seq_add(self.memory, seq_id, keep + discard, -1, -discard)
 
     def embeddings(self, seq_id: int, batch_index: int) -> list[float]:
         """The pooled embedding of a sequence, or the given token's if there is no pooling."""
@@ -259,6 +269,15 @@ class LlamaContext:
         if self.ptr:
             llama_cpp.llama_free(self.ptr)
             self.ptr = None
+
+
+def _kv_bytes(model: LlamaModel, n_ctx: int) -> int:
+    """F16 K and V cells for every layer (llama.cpp's default cache type)."""
+    n_layer = llama_cpp.llama_model_n_layer(model.ptr)
+    n_head = max(llama_cpp.llama_model_n_head(model.ptr), 1)
+    n_head_kv = llama_cpp.llama_model_n_head_kv(model.ptr)
+    n_embd_kv = model.n_embd // n_head * n_head_kv
+    return 2 * n_layer * n_ctx * n_embd_kv * 2
 
 
 class Sampler:

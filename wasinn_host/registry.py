@@ -40,7 +40,11 @@ class LoadedModel:
     llama: LlamaModel
     worker: ModelWorker
     keep_loaded: bool
+    name: str | None = None
+    path: Path | None = None
     refs: int = 0
+    stale: bool = False
+    """Replaced by a hot swap: running contexts finish on it, new loads get the new model."""
     loaded_at: float = field(default_factory=time.time)
 
     @property
@@ -49,7 +53,8 @@ class LoadedModel:
         return self.worker.n_ctx_seq
 
 
-def _open_model(path: Path, params: ModelParams, label: str, key: tuple[object, ...], keep: bool) -> LoadedModel:
+def _open_model(path: Path, params: ModelParams, label: str, key: tuple[object, ...], keep: bool,
+                max_queue: int) -> LoadedModel:
     started = time.perf_counter()
     llama = LlamaModel(path, params)
     try:
@@ -58,19 +63,20 @@ def _open_model(path: Path, params: ModelParams, label: str, key: tuple[object, 
     except BaseException:
         llama.close()
         raise
-    worker = ModelWorker(llama, context, label)
+    worker = ModelWorker(llama, context, label, max_queue)
     log.info(
         "loaded model %s from %s in %.0f ms (%s, %d sequences x %d tokens, %d threads)",
         label, path, (time.perf_counter() - started) * 1000, llama.description,
         context.n_seq, n_ctx_seq, context.threads,
     )
-    return LoadedModel(key, label, params, llama, worker, keep)
+    return LoadedModel(key, label, params, llama, worker, keep, path=path)
 
 
 class ModelRegistry:
     """Name → model table shared by every Store of a process (thread-safe)."""
 
-    def __init__(self, preloads: Iterable[Preload | str] = ()) -> None:
+    def __init__(self, preloads: Iterable[Preload | str] = (), *, max_queue: int = 256) -> None:
+        self.max_queue = max_queue
         self._lock = threading.RLock()
         self._preloads: dict[str, Preload] = {}
         self._models: dict[tuple[object, ...], LoadedModel] = {}
@@ -110,7 +116,8 @@ class ModelRegistry:
             key = ("file", str(path.resolve()), params)
             model = self._models.get(key)
             if model is None:
-                model = _open_model(path, params, name, key, keep=True)
+                model = _open_model(path, params, name, key, keep=True, max_queue=self.max_queue)
+                model.name = name
                 self._models[key] = model
             model.refs += 1
             return model
@@ -126,7 +133,8 @@ class ModelRegistry:
                 try:
                     with os.fdopen(fd, "wb") as handle:
                         handle.write(data)
-                    model = _open_model(Path(name), params, f"bytes:{digest[:12]}", key, keep=False)
+                    model = _open_model(Path(name), params, f"bytes:{digest[:12]}", key, keep=False,
+                                        max_queue=self.max_queue)
                 finally:
                     os.unlink(name)
                 self._models[key] = model
@@ -147,6 +155,33 @@ class ModelRegistry:
             if self._models.get(model.key) is model:
                 del self._models[model.key]
         self._close(model)
+
+    def swap(self, name: str, path: str | Path | None = None) -> Preload:
+        """Hot swap: serve ``name`` from ``path`` (or re-read its file) for every new load.
+
+        Models already loaded under the name are marked stale: contexts using them finish
+        their work there, and each is freed when its last user lets go.  No request fails.
+        """
+        with self._lock:
+            old = self._preloads.get(name)
+            if old is None:
+                raise WasiNNError(Errno.NOT_FOUND, f"model name {name!r} is not preloaded")
+            preload = Preload(name, Path(path) if path is not None else old.path, old.encoding, old.target)
+            if not preload.path.is_file():
+                raise WasiNNError(Errno.MODEL_NOT_FOUND, f"model file {str(preload.path)!r} does not exist")
+            self._preloads[name] = preload
+            idle = []
+            for key, model in list(self._models.items()):
+                if model.name == name:
+                    model.stale = True
+                    model.keep_loaded = False
+                    del self._models[key]
+                    if model.refs <= 0:
+                        idle.append(model)
+        for model in idle:
+            self._close(model)
+        log.info("model name %s now serves %s; %d idle old model(s) freed", name, preload.path, len(idle))
+        return preload
 
     def loaded(self) -> list[LoadedModel]:
         """The models in memory now."""

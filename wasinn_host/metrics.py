@@ -1,0 +1,63 @@
+"""An optional Prometheus endpoint (the ``prometheus-client`` library) built from :mod:`status`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterator
+
+if TYPE_CHECKING:
+    from .abi import WasiNNImports
+
+_MODEL_GAUGES = {
+    "busy_sequences": "Sequences decoding now",
+    "queued": "Requests waiting for a free sequence",
+    "weights_bytes": "Model weights in memory",
+    "kv_cache_bytes": "KV cache size",
+}
+_MODEL_COUNTERS = {
+    "requests": "Requests submitted",
+    "rejected_busy": "Requests answered Busy",
+    "generated_tokens": "Tokens generated",
+    "decoded_tokens": "Tokens decoded (prompt and generated)",
+    "reused_prompt_tokens": "Prompt tokens reused from the KV cache",
+    "decode_calls": "llama_decode calls",
+}
+
+
+class StatusCollector:
+    """A prometheus_client collector reading :func:`backend_status` at each scrape."""
+
+    def __init__(self, imports: "WasiNNImports") -> None:
+        self._imports = imports
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        from .status import backend_status
+
+        status = backend_status(self._imports)
+        for key, doc in _MODEL_GAUGES.items():
+            family = GaugeMetricFamily(f"wasinn_{key}", doc, labels=["model"])
+            for model in status["models"]:
+                family.add_metric([model["name"]], model[key])
+            yield family
+        for key, doc in _MODEL_COUNTERS.items():
+            family = CounterMetricFamily(f"wasinn_{key}", doc, labels=["model"])
+            for model in status["models"]:
+                family.add_metric([model["name"]], model[key])
+            yield family
+        yield GaugeMetricFamily("wasinn_execution_contexts", "Execution contexts alive",
+                                value=status["sessions"]["execution_contexts"])
+        yield GaugeMetricFamily("wasinn_rss_bytes", "Resident memory of the process",
+                                value=status["memory"]["rss_bytes"])
+
+
+def serve_metrics(imports: "WasiNNImports", port: int, address: str = "127.0.0.1") -> None:
+    """Serve ``/metrics`` on ``address:port`` from a background thread."""
+    try:
+        from prometheus_client import start_http_server
+        from prometheus_client.core import REGISTRY
+    except ImportError:
+        raise RuntimeError("the Prometheus endpoint needs the prometheus-client package: "
+                           "pip install 'wasinn-host[metrics]'") from None
+    REGISTRY.register(StatusCollector(imports))  # type: ignore[arg-type]
+    start_http_server(port, addr=address)

@@ -1,0 +1,94 @@
+"""Backend status as one JSON-ready dict (the original design's ``get_backend_status``).
+
+Sections: ``queue`` (waiting and running requests per model), ``memory`` (weights, KV
+cache, process RSS), ``sessions`` (Stores and execution contexts), ``performance``
+(requests, tokens, decode calls, busy sequences per decode) and ``models``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .abi import WasiNNImports
+    from .registry import LoadedModel
+
+_START = time.time()
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _model_entry(model: "LoadedModel") -> dict[str, Any]:
+    worker = model.worker
+    context = worker.context
+    return {
+        "name": model.name or model.label,
+        "path": str(model.path) if model.path else None,
+        "description": model.llama.description,
+        "stale": model.stale,
+        "references": model.refs,
+        "weights_bytes": model.llama.size_bytes,
+        "kv_cache_bytes": context.kv_bytes,
+        "sequences": context.n_seq,
+        "ctx_size_per_sequence": model.n_ctx_seq,
+        "busy_sequences": worker.busy_sequences,
+        "queued": worker.queued,
+        "running": worker.active,
+        "requests": worker.requests,
+        "rejected_busy": worker.rejected,
+        "generated_tokens": worker.generated_tokens,
+        "decoded_tokens": worker.decoded_tokens,
+        "reused_prompt_tokens": worker.reused_tokens,
+        "decode_calls": worker.decode_calls,
+        "sequences_per_decode": round(worker.sequences_decoded / worker.decode_calls, 3) if worker.decode_calls else 0.0,
+        "params": {k: v for k, v in vars(model.params).items()},
+    }
+
+
+def backend_status(imports: "WasiNNImports") -> dict[str, Any]:
+    """A snapshot of the whole backend; every value is JSON-serialisable."""
+    models = [_model_entry(m) for m in imports.registry.loaded()]
+    states = imports.states()
+    uptime = time.time() - _START
+    generated = sum(m["generated_tokens"] for m in models)
+    return {
+        "queue": {
+            "queued": sum(m["queued"] for m in models),
+            "running": sum(m["running"] for m in models),
+            "max_queue_per_model": imports.registry.max_queue,
+        },
+        "memory": {
+            "weights_bytes": sum(m["weights_bytes"] for m in models),
+            "kv_cache_bytes": sum(m["kv_cache_bytes"] for m in models),
+            "rss_bytes": _rss_bytes(),
+        },
+        "sessions": {
+            "stores": len(states),
+            "execution_contexts": sum(len(s.contexts) for s in states),
+            "graphs": sum(len(s.graphs) for s in states),
+            "max_contexts_per_store": imports.limits.max_contexts_per_store,
+            "max_contexts_total": imports.limits.max_contexts_total,
+        },
+        "performance": {
+            "uptime_s": round(uptime, 3),
+            "requests": sum(m["requests"] for m in models),
+            "rejected_busy": sum(m["rejected_busy"] for m in models),
+            "generated_tokens": generated,
+            "tokens_per_second_avg": round(generated / uptime, 3) if uptime > 0 else 0.0,
+            "decode_calls": sum(m["decode_calls"] for m in models),
+        },
+        "models": models,
+        "preloads": {name: str(p.path) for name, p in imports.registry.preloads().items()},
+        "pid": os.getpid(),
+    }
