@@ -7,19 +7,34 @@ never a traceback; a guest's own exit code is passed through.
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import os
+import signal
 import sys
 from typing import Sequence
 
 from . import __version__
+from .errors import WasiNNError
 from .host import GuestError, RunOptions, WasiNN
+from .limits import Limits
 from .log_setup import configure_logging
+from .models import DEMO_MODEL_PATH
+from .preload import Preload
+from .registry import ModelRegistry
+from .runner import InstanceResult, run_instances
 from .preload import PreloadError, parse_preload
 
 EXIT_USAGE = 2
 EXIT_TRAP = 134  # as wasmtime's CLI: 128 + SIGABRT
 
 RUN_EPILOG = """\
+Without --nn-preload, the name "default" serves the embedded demo model (a tiny model that
+answers 1-3 digit addition and subtraction in ChatML conversations).
+
+SIGHUP makes every preloaded name serve its file as it is now on disk (hot swap: running
+contexts finish on the old model).
+
 examples:
   wasinn run --nn-preload default:GGML:AUTO:model.gguf guest_examples/complete.wasm default 'abc'
   wasinn run --dir .:. --env n_predict=32 --nn-preload default:GGML:AUTO:model.gguf chat.wasm default
@@ -77,9 +92,54 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--log-file", metavar="PATH", help="write the host log to PATH instead of stderr")
     run.add_argument("--log-format", default="text", choices=["text", "json"],
                      help="text lines, or JSON lines with timestamp, level, event, graph, context and message")
+    run.add_argument("--nn-allow", action="append", metavar="NAME",
+                     help="only these preloaded names may be loaded by the guest (repeatable; default: all)")
+    run.add_argument("--instances", type=_positive, default=1, metavar="N",
+                     help="run N instances of the module at once (one Store each, same arguments and "
+                          "environment, sharing the models); output lines stay whole; exit code = the first "
+                          "non-zero one (default: 1)")
+    run.add_argument("--timeout", type=float, metavar="SECONDS",
+                     help="stop the guest (trap) after SECONDS of wall-clock time; its contexts are freed")
+    run.add_argument("--status", action="store_true",
+                     help="print the backend status JSON (queue, memory, sessions, performance) on stderr at exit")
+    run.add_argument("--metrics-port", type=int, metavar="PORT",
+                     help="serve Prometheus metrics on 127.0.0.1:PORT while running (needs prometheus-client)")
+    limits = run.add_argument_group("limits (defaults protect the host without getting in the way)")
+    for field, help_text in _LIMIT_HELP.items():
+        default = getattr(Limits(), field)
+        limits.add_argument("--" + field.replace("_", "-"), type=int, default=default, metavar="N",
+                            help=f"{help_text} (default: {default})")
+    limits.add_argument("--no-load-bytes", action="store_true",
+                        help="refuse load() of model bytes sent by the guest (errno 6); load_by_name still works")
     run.add_argument("module", metavar="MODULE.wasm", help="the guest module")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments passed to the guest")
     return parser
+
+
+_LIMIT_HELP = {
+    "max_contexts_per_store": "execution contexts one guest may hold",
+    "max_contexts_total": "execution contexts in the whole process",
+    "max_graphs_per_store": "graphs one guest may hold",
+    "max_queue": "requests waiting per model before new ones get Busy",
+    "queue_timeout_ms": "ms a request may wait for a free sequence before Busy (0 = no limit)",
+    "idle_timeout_ms": "ms after which an unused execution context is finalised (0 = never)",
+    "max_prompt_bytes": "bytes of one set_input",
+    "max_output_bytes": "bytes of one output",
+    "max_n_predict": "largest n-predict accepted",
+    "max_load_bytes": "bytes of a model sent with load()",
+}
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
+def _limits(ns: argparse.Namespace) -> Limits:
+    values = {field: getattr(ns, field) for field in _LIMIT_HELP}
+    return Limits(allow_load_bytes=not ns.no_load_bytes, **values)
 
 
 def _fail(message: str) -> int:
@@ -102,14 +162,50 @@ def run_command(ns: argparse.Namespace) -> int:
     for preload in preloads:
         if not preload.path.is_file():
             return _fail(f"--nn-preload {preload.name}: model file {str(preload.path)!r} does not exist")
-    nn = WasiNN(preload=preloads)
+    if not preloads and DEMO_MODEL_PATH.is_file():
+        preloads = [Preload("default", DEMO_MODEL_PATH)]  # the embedded demo model
+    limits = _limits(ns)
+    nn = WasiNN(preload=preloads, registry=ModelRegistry(max_queue=limits.max_queue), limits=limits,
+                allowed_models=ns.nn_allow, interruptible=True)
+    signal.signal(signal.SIGHUP, lambda *_: _reload(nn))
     try:
-        return nn.run(ns.module, ns.args, RunOptions(env=env, dirs=dirs, program_name=ns.module))
-    except GuestError as exc:
-        print(f"wasinn: error: {exc}", file=sys.stderr)
-        return EXIT_TRAP if "trapped" in str(exc) else EXIT_USAGE
+        if ns.metrics_port:
+            nn.serve_metrics(ns.metrics_port)
+        results = run_instances(nn, ns.module, ns.args, RunOptions(env=env, dirs=dirs, program_name=ns.module),
+                                ns.instances, ns.timeout)
+    except (GuestError, RuntimeError, OSError) as exc:
+        return _fail(str(exc))
     finally:
         sys.stdout.flush()
+    if ns.status:
+        print(json.dumps(nn.status()), file=sys.stderr)
+    nn.registry.close()
+    return _exit_code(results, ns.timeout)
+
+
+def _reload(nn: WasiNN) -> None:
+    """SIGHUP: hot-swap every preloaded name to its file as it is now on disk."""
+    for name in nn.registry.preloads():
+        try:
+            nn.swap_model(name)
+        except WasiNNError as exc:
+            logging.getLogger("wasinn_host").error("reload of %s failed: %s", name, exc.message)
+
+
+def _exit_code(results: list[InstanceResult], timeout: float | None) -> int:
+    """The first non-zero exit code among the instances, else 0; trap messages on stderr."""
+    codes = []
+    for index, result in enumerate(results):
+        prefix = f"instance {index}: " if len(results) > 1 else ""
+        if result.error is not None:
+            message = result.error
+            if timeout and "interrupt" in message:
+                message = f"the guest was stopped by --timeout {timeout:g}s"
+            print(f"wasinn: error: {prefix}{message}", file=sys.stderr)
+            codes.append(EXIT_TRAP if "trapped" in result.error else EXIT_USAGE)
+        else:
+            codes.append(result.code or 0)
+    return next((code for code in codes if code != 0), 0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

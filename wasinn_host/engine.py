@@ -47,6 +47,7 @@ class Sequence:
         self.sampler_params: SamplingParams | None = None
         self.slot: Slot | None = None
         self.closed = False
+        self.cancelled = False
 
 
 @dataclass
@@ -133,8 +134,9 @@ class ModelWorker:
 
     def submit(self, job: Job) -> Job:
         """Queue a job and wait until the worker finishes it."""
-        if job.sequence.closed:
-            job.errno = Errno.INVALID_ARGUMENT
+        if job.sequence.closed or job.sequence.cancelled:
+            job.errno = Errno.RUNTIME_ERROR if job.sequence.cancelled else Errno.INVALID_ARGUMENT
+            job.stop_reason = "cancelled" if job.sequence.cancelled else "context finalised"
             job.done.set()
             return job
         job._t_start = time.perf_counter()
@@ -228,6 +230,9 @@ class ModelWorker:
         still_waiting: collections.deque[Job] = collections.deque()
         now = time.perf_counter()
         for job in sorted(self._waiting, key=lambda j: (-j.priority, j._order)):
+            if job.sequence.cancelled:
+                self._finish(job, Errno.RUNTIME_ERROR, "cancelled")
+                continue
             if job.queue_timeout_ms and (now - job._t_start) * 1000.0 > job.queue_timeout_ms:
                 log.warning("model %s: a request waited more than queue-timeout-ms=%d for a free sequence; "
                             "answered Busy", self.name, job.queue_timeout_ms)
@@ -299,6 +304,10 @@ class ModelWorker:
         self._active.append(job)
 
     def _step(self) -> None:
+        for job in [j for j in self._active if j.sequence.cancelled]:
+            self._finish(job, Errno.RUNTIME_ERROR, "cancelled")
+        if not self._active:
+            return
         batch = self._batch
         batch.clear()
         budget = batch.capacity

@@ -238,6 +238,10 @@ class ExecutionContext:
 
     # -- lifetime ------------------------------------------------------------------
 
+    def cancel(self) -> None:
+        """Abort a computation in flight (it ends with errno 5)."""
+        self.sequence.cancelled = True
+
     def close(self) -> None:
         """Free the sequence and drop the model reference (idempotent)."""
         if self.closed:

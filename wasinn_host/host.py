@@ -49,6 +49,10 @@ class RunOptions:
     stderr: str | None = None
     """File paths for the guest's stdio; None inherits the host's."""
     program_name: str | None = None
+    deadline_ticks: int | None = None
+    """Epoch ticks before the guest traps (needs ``WasiNN(interruptible=True)``)."""
+    close_fds: tuple[int, ...] = ()
+    """Host file descriptors to close when the guest ends (pipe ends given as /dev/fd/N)."""
 
 
 class WasiNN:
@@ -68,13 +72,19 @@ class WasiNN:
         limits: Limits | None = None,
         allowed_models: Iterable[str] | None = None,
         engine: wasmtime.Engine | None = None,
+        interruptible: bool = False,
     ) -> None:
         self.registry = registry if registry is not None else default_registry()
         for spec in preload:
             self.registry.add_preload(spec)
         self.limits = limits or Limits()
         self.imports = WasiNNImports(self.registry, self.limits, allowed_models)
-        self.engine = engine or wasmtime.Engine()
+        self.interruptible = interruptible
+        if engine is None:
+            config = wasmtime.Config()
+            config.epoch_interruption = interruptible
+            engine = wasmtime.Engine(config)
+        self.engine = engine
 
     def add_to_linker(self, linker: wasmtime.Linker) -> None:
         """Define the 12 ``wasi_ephemeral_nn`` imports on ``linker`` (usable with many Stores)."""
@@ -145,6 +155,8 @@ class WasiNN:
         linker.define_wasi()
         self.add_to_linker(linker)
         store = wasmtime.Store(self.engine)
+        if self.interruptible:
+            store.set_epoch_deadline(options.deadline_ticks or 2**62)
         store.set_wasi(_wasi_config(module, args, options))
         self.attach(store)
         try:
@@ -163,6 +175,15 @@ class WasiNN:
             raise GuestError(f"the guest trapped: {_first_line(exc)}") from None
         finally:
             self.detach(store)
+            del store
+            for fd in options.close_fds:
+                os.close(fd)
+
+    def cancel_all(self) -> None:
+        """Stop every inference in flight (the guests waiting in ``compute`` get errno 5)."""
+        for state in self.imports.states():
+            for context in list(state.contexts.values()):
+                context.cancel()
 
 
 def _wasi_config(module: ModuleSource, args: Sequence[str], options: RunOptions) -> wasmtime.WasiConfig:

@@ -1,0 +1,141 @@
+"""Running guests for ``wasinn run``: N instances, whole output lines, deadlines, Ctrl-C.
+
+Guests run in threads (one Store each) while the main thread waits, so Ctrl-C and
+``--timeout`` act at once: the engine's epoch is advanced past every deadline (a guest
+running wasm traps at its next check) and in-flight inference is cancelled (a guest
+waiting in ``compute`` gets errno 5, then traps).  With several instances each one's
+stdout and stderr go through a pipe and are copied to the terminal a whole line at a time.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import BinaryIO, Sequence
+
+import wasmtime
+
+from .host import GuestError, ModuleSource, RunOptions, WasiNN
+
+TICK_SECONDS = 0.01
+NO_DEADLINE = 2**62
+
+
+class EpochTicker:
+    """Advances an engine's epoch every :data:`TICK_SECONDS` so Store deadlines are in time units."""
+
+    def __init__(self, engine: wasmtime.Engine) -> None:
+        self._engine = engine
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, name="wasinn-epoch", daemon=True)
+        self._thread.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(TICK_SECONDS):
+            self._engine.increment_epoch()
+
+    def interrupt_all(self) -> None:
+        """Put every Store past its deadline (used for Ctrl-C)."""
+        for _ in range(4):
+            self._engine.increment_epoch()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def deadline_ticks(timeout: float | None) -> int:
+    """Epoch ticks for a timeout in seconds (``None``: effectively never)."""
+    return NO_DEADLINE if not timeout else max(1, int(timeout / TICK_SECONDS))
+
+
+class LineForwarder:
+    """Copies a pipe to an output stream, one whole line at a time, under a shared lock."""
+
+    def __init__(self, source: int, sink: BinaryIO, lock: threading.Lock) -> None:
+        self._source = source
+        self._sink = sink
+        self._lock = lock
+        self._thread = threading.Thread(target=self._copy, daemon=True)
+        self._thread.start()
+
+    def _copy(self) -> None:
+        with os.fdopen(self._source, "rb", buffering=0) as pipe:
+            pending = b""
+            while chunk := pipe.read(65536):
+                pending += chunk
+                cut = pending.rfind(b"\n") + 1
+                if cut:
+                    self._write(pending[:cut])
+                    pending = pending[cut:]
+            if pending:
+                self._write(pending)
+
+    def _write(self, data: bytes) -> None:
+        with self._lock:
+            self._sink.write(data)
+            self._sink.flush()
+
+    def join(self) -> None:
+        self._thread.join()
+
+
+@dataclass
+class InstanceResult:
+    code: int | None = None
+    error: str | None = None
+
+
+def _run_one(nn: WasiNN, module: ModuleSource, args: Sequence[str], options: RunOptions,
+             result: InstanceResult) -> None:
+    try:
+        result.code = nn.run(module, args, options)
+    except GuestError as exc:
+        result.error = str(exc)
+
+
+def run_instances(nn: WasiNN, module: ModuleSource, args: Sequence[str], options: RunOptions,
+                  instances: int = 1, timeout: float | None = None) -> list[InstanceResult]:
+    """Run ``instances`` copies of the module at once and wait; Ctrl-C interrupts all of them."""
+    compiled = nn.load_module(module)
+    ticker = EpochTicker(nn.engine) if nn.interruptible else None
+    options = replace(options, deadline_ticks=deadline_ticks(timeout))
+    lock = threading.Lock()
+    forwarders: list[LineForwarder] = []
+    results = [InstanceResult() for _ in range(instances)]
+    threads = []
+    for index in range(instances):
+        instance_options = options
+        if instances > 1:
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            forwarders += [LineForwarder(out_r, sys.stdout.buffer, lock), LineForwarder(err_r, sys.stderr.buffer, lock)]
+            instance_options = replace(options, stdout=f"/dev/fd/{out_w}", stderr=f"/dev/fd/{err_w}",
+                                       stdin=options.stdin or os.devnull, close_fds=(out_w, err_w))
+        thread = threading.Thread(target=_run_one, name=f"wasinn-guest-{index}",
+                                  args=(nn, compiled, args, instance_options, results[index]), daemon=True)
+        threads.append(thread)
+    started = time.monotonic()
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.05)
+                if timeout and time.monotonic() - started > timeout + 1.0:
+                    nn.cancel_all()  # a guest blocked in inference past its deadline
+    except KeyboardInterrupt:
+        nn.cancel_all()
+        if ticker:
+            ticker.interrupt_all()
+        for thread in threads:
+            thread.join(5.0)
+        raise
+    finally:
+        for forwarder in forwarders:
+            forwarder.join()
+        if ticker:
+            ticker.stop()
+    return results
