@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
+import signal
 import subprocess
 import sys
+import time
+
+import wasmtime
 
 from conftest import GUESTS, ROOT
 from wasinn_host import __version__
@@ -77,3 +82,76 @@ def test_version_and_help() -> None:
     for option in ("--nn-preload", "--dir", "--env", "--log-level"):
         assert option in help_text
     assert "run" in wasinn("--help").stdout
+
+
+def test_instances_keep_lines_whole_and_return_first_nonzero_code(successor_path: pathlib.Path) -> None:
+    preload = f"default:GGML:AUTO:{successor_path}"
+    result = wasinn("run", "--nn-preload", preload, "--instances", "4", "--status",
+                    str(GUESTS / "complete.wasm"), "default", "hello")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [successor_text("hello") + "</s>"] * 4
+    status = json.loads(result.stderr.strip().splitlines()[-1])
+    assert status["performance"]["requests"] == 4
+    result = wasinn("run", "--nn-preload", preload, "--nn-allow", "other", "--instances", "2",
+                    str(GUESTS / "complete.wasm"), "default", "a")
+    assert result.returncode == 1
+    assert result.stderr.count("load_by_name_with_config returned 8") == 2
+
+
+def test_nn_allow_lets_listed_names_through(successor_path: pathlib.Path) -> None:
+    result = wasinn("run", "--nn-preload", f"default:GGML:AUTO:{successor_path}", "--nn-allow", "default",
+                    str(GUESTS / "complete.wasm"), "default", "x")
+    assert (result.returncode, result.stdout) == (0, "yz</s>\n")
+
+
+SPIN = '(module (memory (export "memory") 1) (func (export "_start") (loop $l (br $l))))'
+
+
+def test_timeout_stops_a_runaway_guest(tmp_path: pathlib.Path) -> None:
+    module = tmp_path / "spin.wasm"
+    module.write_bytes(wasmtime.wat2wasm(SPIN))
+    started = time.monotonic()
+    result = wasinn("run", "--timeout", "0.5", str(module))
+    assert result.returncode == 134
+    assert "stopped by --timeout 0.5s" in result.stderr
+    assert time.monotonic() - started < 30
+
+
+def test_ctrl_c_ends_cleanly(tmp_path: pathlib.Path) -> None:
+    module = tmp_path / "spin.wasm"
+    module.write_bytes(wasmtime.wat2wasm(SPIN))
+    proc = subprocess.Popen([sys.executable, "-m", "wasinn_host", "run", str(module)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert err.strip() == "wasinn: interrupted"
+
+
+def test_json_log_lines(tmp_path: pathlib.Path, successor_path: pathlib.Path) -> None:
+    log_file = tmp_path / "host.log"
+    result = wasinn("run", "--nn-preload", f"default:GGML:AUTO:{successor_path}", "--log-format", "json",
+                    "--log-file", str(log_file), "--env", "WASINN_CONFIG={\"top-p\": 7}",
+                    str(GUESTS / "complete.wasm"), "default", "a")
+    assert result.returncode == 1
+    entries = [json.loads(line) for line in log_file.read_text().splitlines()]
+    rejection = next(e for e in entries if e["event"] == "load_by_name_with_config")
+    assert rejection["level"] == "WARNING" and "top-p" in rejection["message"]
+    assert {"timestamp", "graph", "context"} <= set(rejection)
+
+
+def test_enable_log_routes_llama_cpp_logging(successor_path: pathlib.Path) -> None:
+    quiet = wasinn("run", "--nn-preload", f"default:GGML:AUTO:{successor_path}",
+                   str(GUESTS / "complete.wasm"), "default", "a")
+    assert "llama" not in quiet.stderr.replace("llama_build_number", "").replace("llama_commit", "")
+    loud = wasinn("run", "--nn-preload", f"default:GGML:AUTO:{successor_path}", "--log-level", "INFO",
+                  "--env", "enable_log=true", str(GUESTS / "complete.wasm"), "default", "a")
+    assert loud.returncode == 0
+    assert "llama_model_loader" in loud.stderr or "load_tensors" in loud.stderr or "llama_context" in loud.stderr
+
+
+def test_demo_model_answers_without_preload() -> None:
+    result = wasinn("run", "--env", "chat_template=chatml", str(GUESTS / "chat.wasm"), "default",
+                    stdin="What is 12+30?\n")
+    assert (result.returncode, result.stdout) == (0, "42\n"), result.stderr

@@ -30,6 +30,7 @@ from .guest_memory import GuestMemory
 from .native_func import GuestTrap, MemoryRef, caller_memory, define_i32_func
 from .preload import Encoding, Target
 from .limits import Limits
+from .log_setup import apply_logging_keys
 from .registry import ModelRegistry
 from .store_state import ContextCounter, StoreState
 
@@ -216,6 +217,7 @@ class WasiNNImports:
                           "use load_by_name with a name the host preloaded")
         config = mem.read(entries[2], entries[3], "load builders[1]") if count >= 2 else b""
         parsed = parse_config(config) if config else EMPTY_CONFIG
+        apply_logging_keys(parsed)
         model = self.registry.acquire_bytes(model_bytes, parsed.apply_model(ModelParams()))
         try:
             graph = Graph.create(model, parsed, None)
@@ -239,6 +241,7 @@ class WasiNNImports:
             return
         state.check_graph_room()
         parsed = config or EMPTY_CONFIG
+        apply_logging_keys(parsed)  # before loading, so llama.cpp's load log is shown too
         model = self.registry.acquire_named(name, parsed.apply_model(ModelParams()))
         try:
             graph = Graph.create(model, parsed, name)
