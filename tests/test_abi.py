@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import glob
-import os
 import struct
 import tempfile
 
@@ -275,13 +273,12 @@ def _load_bytes(guest: AbiGuest, model: bytes, encoding: int = 6, target: int = 
     return rc, guest.u32(guest.OUT32)
 
 
-def test_load_from_guest_bytes(guest: AbiGuest, successor_path) -> None:  # type: ignore[no-untyped-def]
+def test_load_from_guest_bytes(guest: AbiGuest, successor_path, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     model = successor_path.read_bytes()
-    pattern = os.path.join(tempfile.gettempdir(), "wasinn-*")
-    before = set(glob.glob(pattern))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the host writes its temporary copy
     rc, graph = _load_bytes(guest, model, config=b'{"n-predict": 4}')
     assert (rc, graph) == (0, 0)
-    assert set(glob.glob(pattern)) == before, "load must leave no file behind"
+    assert list(tmp_path.iterdir()) == [], "load must leave no file behind"
     assert guest.generate(graph, "p") == (0, "qrst")
     assert _load_bytes(guest, model, target=3)[0] == Errno.INVALID_ARGUMENT, "AUTO is rejected by load"
     assert _load_bytes(guest, model, encoding=1)[0] == Errno.INVALID_ENCODING

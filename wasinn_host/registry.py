@@ -23,11 +23,13 @@ from .config import ModelParams
 from .engine import ModelWorker
 from .errors import Errno, WasiNNError
 from .llama_backend import LlamaContext, LlamaModel
+from .model_check import check_model_file
 from .preload import Preload, parse_preload
 
 log = logging.getLogger("wasinn_host")
 
 MAX_DEFAULT_CTX = 4096
+GGUF_MAGIC = b"GGUF"
 
 
 @dataclass(eq=False)
@@ -80,6 +82,7 @@ class ModelRegistry:
         self._lock = threading.RLock()
         self._preloads: dict[str, Preload] = {}
         self._models: dict[tuple[object, ...], LoadedModel] = {}
+        self._rejected: dict[str, str] = {}  # sha256 of guest bytes -> why they were refused
         for spec in preloads:
             self.add_preload(spec)
 
@@ -124,15 +127,26 @@ class ModelRegistry:
 
     def acquire_bytes(self, data: bytes, params: ModelParams) -> LoadedModel:
         """A model from GGUF bytes a guest sent; identical bytes share one model.  No file is left behind."""
+        if not data.startswith(GGUF_MAGIC):
+            raise WasiNNError(Errno.INVALID_ARGUMENT,
+                              f"load: builders[0] is not a GGUF model (starts with {data[:4]!r}, expected {GGUF_MAGIC!r})")
         digest = hashlib.sha256(data).hexdigest()
         key = ("bytes", digest, params)
         with self._lock:
+            if digest in self._rejected:
+                raise WasiNNError(Errno.INVALID_ARGUMENT, self._rejected[digest])
             model = self._models.get(key)
             if model is None:
                 fd, name = tempfile.mkstemp(prefix="wasinn-", suffix=".gguf")
                 try:
                     with os.fdopen(fd, "wb") as handle:
                         handle.write(data)
+                    try:
+                        check_model_file(Path(name))  # untrusted bytes: llama.cpp may abort on some
+                    except WasiNNError as err:
+                        if len(self._rejected) < 1024:
+                            self._rejected[digest] = err.message
+                        raise
                     model = _open_model(Path(name), params, f"bytes:{digest[:12]}", key, keep=False,
                                         max_queue=self.max_queue)
                 finally:
