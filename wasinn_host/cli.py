@@ -127,6 +127,7 @@ _LIMIT_HELP = {
     "max_output_bytes": "bytes of one output",
     "max_n_predict": "largest n-predict accepted",
     "max_load_bytes": "bytes of a model sent with load()",
+    "max_kv_bytes": "bytes of KV cache of all loaded models together (0 = half the machine's memory)",
 }
 
 
@@ -165,7 +166,8 @@ def run_command(ns: argparse.Namespace) -> int:
     if not preloads and DEMO_MODEL_PATH.is_file():
         preloads = [Preload("default", DEMO_MODEL_PATH)]  # the embedded demo model
     limits = _limits(ns)
-    nn = WasiNN(preload=preloads, registry=ModelRegistry(max_queue=limits.max_queue), limits=limits,
+    registry = ModelRegistry(max_queue=limits.max_queue, max_kv_bytes=limits.max_kv_bytes)
+    nn = WasiNN(preload=preloads, registry=registry, limits=limits,
                 allowed_models=ns.nn_allow, interruptible=True)
     signal.signal(signal.SIGHUP, lambda *_: _reload(nn))
     try:

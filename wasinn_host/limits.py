@@ -7,6 +7,7 @@ graphs) answer errno 4 (Busy); size limits (prompt, output, model bytes) errno 7
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from .errors import Errno, WasiNNError
@@ -30,9 +31,24 @@ class Limits:
     max_n_predict: int = 1 << 20
     allow_load_bytes: bool = True
     max_load_bytes: int = 4 << 30
+    max_kv_bytes: int = 0
+    """KV cache of all loaded models together; 0 = half of the machine's memory."""
+
+    def kv_budget(self) -> int:
+        """``max_kv_bytes`` resolved (0 becomes half the physical memory)."""
+        return self.max_kv_bytes or physical_memory() // 2
+
 
     def refuse(self, errno: Errno, what: str, limit_name: str, value: int) -> WasiNNError:
         """The error for exceeding ``limit_name``; the message says how to raise it."""
         option = "--" + limit_name.replace("_", "-")
         return WasiNNError(errno, f"{what}: limit {limit_name}={value} reached "
                                   f"(raise it with Limits({limit_name}=...) or `wasinn run {option}`)")
+
+
+def physical_memory() -> int:
+    """Bytes of RAM on this machine (16 GiB if it cannot be read)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 16 << 30

@@ -236,7 +236,7 @@ class LlamaContext:
         self.n_batch: int = llama_cpp.llama_n_batch(ctx)
         self.memory = llama_cpp.llama_get_memory(ctx)
         self.threads = threads
-        self.kv_bytes = _kv_bytes(model, cparams.n_ctx)
+        self.kv_bytes = kv_cache_bytes(model, cparams.n_ctx)
 
     def decode(self, batch: Batch) -> int:
         """Run one ``llama_decode``; 0 on success (llama.cpp's return code otherwise)."""
@@ -271,7 +271,7 @@ class LlamaContext:
             self.ptr = None
 
 
-def _kv_bytes(model: LlamaModel, n_ctx: int) -> int:
+def kv_cache_bytes(model: LlamaModel, n_ctx: int) -> int:
     """F16 K and V cells for every layer (llama.cpp's default cache type)."""
     n_layer = llama_cpp.llama_model_n_layer(model.ptr)
     n_head = max(llama_cpp.llama_model_n_head(model.ptr), 1)

@@ -22,7 +22,8 @@ from typing import Iterable
 from .config import ModelParams
 from .engine import ModelWorker
 from .errors import Errno, WasiNNError
-from .llama_backend import LlamaContext, LlamaModel
+from .limits import Limits
+from .llama_backend import LlamaContext, LlamaModel, kv_cache_bytes
 from .model_check import check_model_file
 from .preload import Preload, parse_preload
 
@@ -56,11 +57,17 @@ class LoadedModel:
 
 
 def _open_model(path: Path, params: ModelParams, label: str, key: tuple[object, ...], keep: bool,
-                max_queue: int) -> LoadedModel:
+                max_queue: int, kv_room: int) -> LoadedModel:
     started = time.perf_counter()
     llama = LlamaModel(path, params)
     try:
         n_ctx_seq = params.ctx_size or min(llama.n_ctx_train or MAX_DEFAULT_CTX, MAX_DEFAULT_CTX)
+        kv = kv_cache_bytes(llama, n_ctx_seq * params.n_parallel)
+        if kv > kv_room:
+            raise WasiNNError(Errno.TOO_LARGE, (
+                f"model {label}: a KV cache of {kv >> 20} MiB ({params.n_parallel} sequences x {n_ctx_seq} tokens) "
+                f"exceeds the {kv_room >> 20} MiB left under limit max_kv_bytes (lower ctx-size or n-parallel, or "
+                f"raise it with Limits(max_kv_bytes=...) or `wasinn run --max-kv-bytes`)"))
         context = LlamaContext(llama, params, n_ctx_seq)
     except BaseException:
         llama.close()
@@ -77,8 +84,10 @@ def _open_model(path: Path, params: ModelParams, label: str, key: tuple[object, 
 class ModelRegistry:
     """Name → model table shared by every Store of a process (thread-safe)."""
 
-    def __init__(self, preloads: Iterable[Preload | str] = (), *, max_queue: int = 256) -> None:
+    def __init__(self, preloads: Iterable[Preload | str] = (), *, max_queue: int = 256,
+                 max_kv_bytes: int = 0) -> None:
         self.max_queue = max_queue
+        self.max_kv_bytes = max_kv_bytes or Limits().kv_budget()
         self._lock = threading.RLock()
         self._preloads: dict[str, Preload] = {}
         self._models: dict[tuple[object, ...], LoadedModel] = {}
@@ -119,7 +128,8 @@ class ModelRegistry:
             key = ("file", str(path.resolve()), params)
             model = self._models.get(key)
             if model is None:
-                model = _open_model(path, params, name, key, keep=True, max_queue=self.max_queue)
+                model = _open_model(path, params, name, key, keep=True, max_queue=self.max_queue,
+                                    kv_room=self._kv_room())
                 model.name = name
                 self._models[key] = model
             model.refs += 1
@@ -148,12 +158,15 @@ class ModelRegistry:
                             self._rejected[digest] = err.message
                         raise
                     model = _open_model(Path(name), params, f"bytes:{digest[:12]}", key, keep=False,
-                                        max_queue=self.max_queue)
+                                        max_queue=self.max_queue, kv_room=self._kv_room())
                 finally:
                     os.unlink(name)
                 self._models[key] = model
             model.refs += 1
             return model
+
+    def _kv_room(self) -> int:
+        return self.max_kv_bytes - sum(m.worker.context.kv_bytes for m in self._models.values())
 
     def retain(self, model: LoadedModel) -> None:
         """Add a reference to a model already acquired."""
