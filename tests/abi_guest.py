@@ -29,6 +29,33 @@ def abi_guest_wat(memory_pages: int = 2, export_memory: bool = True) -> str:
     return "(module\n  " + "\n  ".join(imports + [memory] + exports) + "\n)"
 
 
+def streaming_guest_wat(ending: str) -> str:
+    """A WASI-style guest whose ``_start`` loads ``succ``, opens two contexts, streams two tokens of
+    prompt "7" on the first, then runs ``ending`` (WAT instructions: trap, exit, ...)."""
+    return f"""
+(module
+  (import "wasi_ephemeral_nn" "load_by_name" (func $load_by_name (param i32 i32 i32) (result i32)))
+  (import "wasi_ephemeral_nn" "init_execution_context" (func $init (param i32 i32) (result i32)))
+  (import "wasi_ephemeral_nn" "set_input" (func $set_input (param i32 i32 i32) (result i32)))
+  (import "wasi_ephemeral_nn" "compute_single" (func $compute_single (param i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "succ")
+  (data (i32.const 16) "7")
+  ;; tensor struct at 32: dims_ptr=48 dims_len=1 type=3 data_ptr=16 data_len=1; dims at 48 = [1]
+  (data (i32.const 32) "\\30\\00\\00\\00\\01\\00\\00\\00\\03\\00\\00\\00\\10\\00\\00\\00\\01\\00\\00\\00")
+  (data (i32.const 48) "\\01\\00\\00\\00")
+  (func (export "_start")
+    (drop (call $load_by_name (i32.const 0) (i32.const 4) (i32.const 64)))
+    (drop (call $init (i32.load (i32.const 64)) (i32.const 68)))
+    (drop (call $init (i32.load (i32.const 64)) (i32.const 72)))
+    (drop (call $set_input (i32.load (i32.const 68)) (i32.const 0) (i32.const 32)))
+    (drop (call $compute_single (i32.load (i32.const 68))))
+    (drop (call $compute_single (i32.load (i32.const 68))))
+    {ending}))
+"""
+
+
 @dataclass
 class AbiGuest:
     """One instance of the ABI guest in its own Store."""

@@ -193,7 +193,7 @@ EXPECTED_HINT = 'expected a JSON list of {"role": ..., "content": ...}'
         (b"null", "prompt is a JSON null, not a list"),
         (b"[]", "prompt is an empty list"),
         (b'[{"role": "user", "content": "a"}, 3]', "message 2 is a JSON number, not an object"),
-        (b"[[]]", "message 1 is a JSON list, not an object"),
+        (b"[[]]", "message 1 is a JSON array, not an object"),
         (b'[{"content": "a"}]', 'message 1 has no string "role"'),
         (b'[{"role": 1, "content": "a"}]', 'message 1 has no string "role"'),
         (b'[{"role": "user", "content": "a"}, {"role": "user"}]', 'message 2 has no string "content"'),

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 import wasmtime
 
-from abi_guest import AbiGuest
+from abi_guest import AbiGuest, streaming_guest_wat
 from wasinn_host import Errno, Limits, ModelRegistry, WasiNN
 from wasinn_host.config import ModelParams
 from wasinn_host.testmodels import successor_text
@@ -93,26 +93,7 @@ def test_32_guests_x_20_requests_no_deadlock_no_leak(nn: WasiNN) -> None:
     assert nn.imports.contexts_alive.value == 0
 
 
-TRAP_MID_STREAM = """
-(module
-  (import "wasi_ephemeral_nn" "load_by_name" (func $load_by_name (param i32 i32 i32) (result i32)))
-  (import "wasi_ephemeral_nn" "init_execution_context" (func $init (param i32 i32) (result i32)))
-  (import "wasi_ephemeral_nn" "set_input" (func $set_input (param i32 i32 i32) (result i32)))
-  (import "wasi_ephemeral_nn" "compute_single" (func $compute_single (param i32) (result i32)))
-  (memory (export "memory") 1)
-  (data (i32.const 0) "succ")
-  (data (i32.const 16) "7")
-  ;; tensor struct at 32: dims_ptr=48 dims_len=1 type=3 data_ptr=16 data_len=1; dims at 48 = [1]
-  (data (i32.const 32) "\\30\\00\\00\\00\\01\\00\\00\\00\\03\\00\\00\\00\\10\\00\\00\\00\\01\\00\\00\\00")
-  (data (i32.const 48) "\\01\\00\\00\\00")
-  (func (export "_start")
-    (drop (call $load_by_name (i32.const 0) (i32.const 4) (i32.const 64)))
-    (drop (call $init (i32.load (i32.const 64)) (i32.const 68)))
-    (drop (call $set_input (i32.load (i32.const 68)) (i32.const 0) (i32.const 32)))
-    (drop (call $compute_single (i32.load (i32.const 68))))
-    (drop (call $compute_single (i32.load (i32.const 68))))
-    unreachable))
-"""
+TRAP_MID_STREAM = streaming_guest_wat('unreachable')
 
 
 def test_guest_that_traps_mid_stream_frees_its_sequence(nn: WasiNN) -> None:

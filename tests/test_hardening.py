@@ -13,7 +13,7 @@ import time
 import pytest
 import wasmtime
 
-from abi_guest import AbiGuest
+from abi_guest import AbiGuest, streaming_guest_wat
 from wasinn_host import Errno, GuestError, Limits, ModelRegistry, WasiNN
 from wasinn_host.testmodels import successor_text
 
@@ -125,26 +125,7 @@ def test_kv_memory_limit(successor_path: pathlib.Path) -> None:
     registry.close()
 
 
-NEVER_FINISHES = """
-(module
-  (import "wasi_ephemeral_nn" "load_by_name" (func $load_by_name (param i32 i32 i32) (result i32)))
-  (import "wasi_ephemeral_nn" "init_execution_context" (func $init (param i32 i32) (result i32)))
-  (import "wasi_ephemeral_nn" "set_input" (func $set_input (param i32 i32 i32) (result i32)))
-  (import "wasi_ephemeral_nn" "compute_single" (func $compute_single (param i32) (result i32)))
-  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
-  (memory (export "memory") 1)
-  (data (i32.const 0) "succ")
-  (data (i32.const 16) "7")
-  (data (i32.const 32) "\\30\\00\\00\\00\\01\\00\\00\\00\\03\\00\\00\\00\\10\\00\\00\\00\\01\\00\\00\\00")
-  (data (i32.const 48) "\\01\\00\\00\\00")
-  (func (export "_start")
-    (drop (call $load_by_name (i32.const 0) (i32.const 4) (i32.const 64)))
-    (drop (call $init (i32.load (i32.const 64)) (i32.const 68)))
-    (drop (call $init (i32.load (i32.const 64)) (i32.const 72)))
-    (drop (call $set_input (i32.load (i32.const 68)) (i32.const 0) (i32.const 32)))
-    (drop (call $compute_single (i32.load (i32.const 68))))
-    (call $exit (i32.const 3))))
-"""
+NEVER_FINISHES = streaming_guest_wat('(call $exit (i32.const 3))')
 
 
 def test_guest_that_exits_without_fini_or_finalize(nn: WasiNN) -> None:

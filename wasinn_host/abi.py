@@ -15,6 +15,7 @@ except the trap WasmEdge also raises when the module exports no memory.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import threading
 import time
@@ -23,14 +24,13 @@ from typing import Callable, Iterable
 
 import wasmtime
 
-from .config import EMPTY_CONFIG, ModelParams, ParsedConfig, parse_config
+from .config import EMPTY_CONFIG, ParsedConfig, parse_config
 from .errors import Errno, WasiNNError, invalid
-from .execution import ExecutionContext, Graph
+from .execution import ExecutionContext, open_graph
 from .guest_memory import GuestMemory
 from .native_func import GuestTrap, MemoryRef, caller_memory, define_i32_func
 from .preload import Encoding, Target
 from .limits import Limits
-from .log_setup import apply_logging_keys
 from .registry import ModelRegistry
 from .store_state import ContextCounter, StoreState
 
@@ -217,13 +217,8 @@ class WasiNNImports:
                           "use load_by_name with a name the host preloaded")
         config = mem.read(entries[2], entries[3], "load builders[1]") if count >= 2 else b""
         parsed = parse_config(config) if config else EMPTY_CONFIG
-        apply_logging_keys(parsed)
-        model = self.registry.acquire_bytes(model_bytes, parsed.apply_model(ModelParams()))
-        try:
-            graph = Graph.create(model, parsed, None)
-        except WasiNNError:
-            self.registry.release(model)
-            raise
+        acquire = functools.partial(self.registry.acquire_bytes, model_bytes)
+        graph = open_graph(self.registry, acquire, parsed, None)
         mem.write_u32(graph_out, state.add_graph(graph), "load graph_id_out")
 
     def _load_named(self, mem: GuestMemory, state: StoreState, name_ptr: int, name_len: int,
@@ -240,14 +235,8 @@ class WasiNNImports:
             mem.write_u32(graph_out, cached, "graph_id_out")
             return
         state.check_graph_room()
-        parsed = config or EMPTY_CONFIG
-        apply_logging_keys(parsed)  # before loading, so llama.cpp's load log is shown too
-        model = self.registry.acquire_named(name, parsed.apply_model(ModelParams()))
-        try:
-            graph = Graph.create(model, parsed, name)
-        except WasiNNError:
-            self.registry.release(model)
-            raise
+        acquire = functools.partial(self.registry.acquire_named, name)
+        graph = open_graph(self.registry, acquire, config or EMPTY_CONFIG, name)
         handle = state.add_graph(graph)
         state.by_name[name] = handle
         mem.write_u32(graph_out, handle, "graph_id_out")

@@ -52,6 +52,7 @@ import jinja2.parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 import orjson
 
+from .config import json_type
 from .errors import invalid
 
 __all__ = [
@@ -189,7 +190,7 @@ def parse_messages(data: bytes) -> list[dict[str, Any]]:
     except orjson.JSONDecodeError as exc:
         raise invalid(f"chat-template: prompt is not valid JSON ({_one_line(str(exc))}); {_EXPECTED}") from exc
     if not isinstance(value, list):
-        raise invalid(f"chat-template: prompt is a JSON {_json_type(value)}, not a list; {_EXPECTED}")
+        raise invalid(f"chat-template: prompt is a JSON {json_type(value)}, not a list; {_EXPECTED}")
     if not value:
         raise invalid(f"chat-template: prompt is an empty list; {_EXPECTED}")
     for number, message in enumerate(value, start=1):
@@ -197,23 +198,9 @@ def parse_messages(data: bytes) -> list[dict[str, Any]]:
     return value
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "list"
-    return "object"
-
-
 def _check_message(number: int, message: Any) -> None:
     if not isinstance(message, dict):
-        raise invalid(f"chat-template: message {number} is a JSON {_json_type(message)}, not an object; {_EXPECTED}")
+        raise invalid(f"chat-template: message {number} is a JSON {json_type(message)}, not an object; {_EXPECTED}")
     for key in ("role", "content"):
         if not isinstance(message.get(key), str):
             raise invalid(f'chat-template: message {number} has no string "{key}"; {_EXPECTED}')

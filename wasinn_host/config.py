@@ -294,7 +294,8 @@ class ParsedConfig:
 EMPTY_CONFIG = ParsedConfig({}, {}, {})
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
+    """The JSON name of a decoded value's type, for error messages."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -349,7 +350,7 @@ def _logit_bias(name: str, value: Any) -> tuple[tuple[int, float], ...]:
 def _coerce(spec: KeySpec, value: Any) -> Any:
     """Check one value's JSON type and range; return it as the record's Python type."""
     if not _type_ok(spec.kind, value):
-        raise invalid(f"config key {spec.name!r}: got {_json_type(value)} {value!r}; expected {_EXPECTED[spec.kind]}")
+        raise invalid(f"config key {spec.name!r}: got {json_type(value)} {value!r}; expected {_EXPECTED[spec.kind]}")
     if spec.kind is float:
         if not math.isfinite(value):
             raise invalid(f"config key {spec.name!r}: {value!r} is not finite; expected a finite number")
@@ -377,7 +378,7 @@ def _flatten(doc: Mapping[str, Any]) -> list[tuple[str, Any]]:
         if key in SECTIONS and isinstance(value, dict):
             items.extend((canonical_key(k), v) for k, v in value.items())
         elif key in SECTIONS:
-            raise invalid(f"config key {key!r}: got {_json_type(value)}; expected an object of {key} keys")
+            raise invalid(f"config key {key!r}: got {json_type(value)}; expected an object of {key} keys")
         else:
             items.append((canonical_key(key), value))
     return items
@@ -394,7 +395,7 @@ def parse_config(text: bytes | str) -> ParsedConfig:
     except orjson.JSONDecodeError as exc:
         raise WasiNNError(Errno.INVALID_ENCODING, f"config is not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
-        raise WasiNNError(Errno.INVALID_ENCODING, f"config must be a JSON object, got {_json_type(doc)}")
+        raise WasiNNError(Errno.INVALID_ENCODING, f"config must be a JSON object, got {json_type(doc)}")
     groups: dict[str, dict[str, Any]] = {record: {} for record in _RECORDS}
     for key, value in _flatten(doc):
         spec = KEYS.get(key)

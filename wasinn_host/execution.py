@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import orjson
 
 from .chat_prompt import render_chat_prompt
-from .config import MODEL_KEY_NAMES, ContextParams, ParsedConfig, parse_config
+from .config import MODEL_KEY_NAMES, ContextParams, ModelParams, ParsedConfig, parse_config
 from .embedding import normalize
 from .limits import Limits
 from .log_setup import apply_logging_keys
@@ -45,8 +46,23 @@ class Graph:
         """A graph with the config's per-context defaults (its grammar checked against the model)."""
         defaults = config.apply_context(ContextParams())
         check_sampling(model.llama, defaults.sampling)
-        apply_logging_keys(config)
         return cls(model, defaults, name)
+
+
+def open_graph(registry: ModelRegistry, acquire: Callable[[ModelParams], LoadedModel],
+               config: ParsedConfig, name: str | None) -> Graph:
+    """Load (or share) the model for ``config``'s load-time keys and wrap it in a Graph.
+
+    ``acquire`` is ``registry.acquire_named`` or ``acquire_bytes`` with its first argument bound;
+    the model reference is dropped again if the config's per-context part is refused.
+    """
+    apply_logging_keys(config)  # before loading, so llama.cpp's load log is shown too
+    model = acquire(config.apply_model(ModelParams()))
+    try:
+        return Graph.create(model, config, name)
+    except BaseException:
+        registry.release(model)
+        raise
 
 
 class ExecutionContext:

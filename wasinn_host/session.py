@@ -8,13 +8,14 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Iterator, Mapping
 
 import orjson
 
-from .config import EMPTY_CONFIG, ModelParams, parse_config
+from .config import EMPTY_CONFIG, parse_config
 from .errors import Errno, WasiNNError
-from .execution import ExecutionContext, Graph
+from .execution import ExecutionContext, open_graph
 from .registry import ModelRegistry
 
 
@@ -34,12 +35,11 @@ class Session:
         text = _config_bytes(config)
         parsed = parse_config(text) if text else EMPTY_CONFIG
         self._registry = registry
-        model = registry.acquire_named(name, parsed.apply_model(ModelParams()))
+        self._graph = open_graph(registry, functools.partial(registry.acquire_named, name), parsed, name)
         try:
-            self._graph = Graph.create(model, parsed, name)
             self._context = ExecutionContext(self._graph, registry)
         finally:
-            registry.release(model)  # the context holds its own reference
+            registry.release(self._graph.model)  # the context holds its own reference
 
     def configure(self, config: Mapping[str, Any] | str | bytes) -> None:
         """Change this session's sampling and stop rules (like a metadata ``set_input``)."""
