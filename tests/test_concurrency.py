@@ -285,3 +285,16 @@ def test_prometheus_endpoint(nn: WasiNN) -> None:
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     assert 'wasinn_requests_total{model="succ"}' in body
     assert "wasinn_execution_contexts" in body
+
+
+def test_dropping_an_embedders_store_frees_its_contexts(nn: WasiNN) -> None:
+    import gc
+
+    before = nn.imports.contexts_alive.value
+    guest = AbiGuest.create(nn)
+    ctx = guest.init(guest.load_by_name("succ")[1])[1]
+    assert guest.set_input(ctx, 0, "a") == 0 and guest.call("compute", ctx) == 0
+    assert nn.imports.contexts_alive.value == before + 1
+    del guest
+    gc.collect()
+    assert nn.imports.contexts_alive.value == before
