@@ -47,6 +47,19 @@ def run_threads(count: int, target, *args) -> list:  # type: ignore[no-untyped-d
     return results
 
 
+def wait_for(condition, what: str, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+    """Poll until ``condition()`` is true (instead of sleeping a guessed time)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def serial_worker(registry: ModelRegistry):  # type: ignore[no-untyped-def]
+    """The worker of the one-sequence model the queue tests use (loaded on first use)."""
+    return next(m.worker for m in registry.loaded() if m.params.n_parallel == 1)
+
+
 @pytest.fixture
 def own_registry(successor_path: pathlib.Path) -> Iterator[ModelRegistry]:
     reg = ModelRegistry([f"succ:GGML:AUTO:{successor_path}"], max_queue=64)
@@ -123,12 +136,13 @@ def test_full_queue_answers_busy(own_registry: ModelRegistry) -> None:
         graph = guest.load_by_name("succ", config)[1]
         results[name] = guest.generate(graph, prompt, json.dumps({"n-predict": n}))[0]
 
-    first = threading.Thread(target=long_job, args=("first", "7", 3000))
+    first = threading.Thread(target=long_job, args=("first", "7", 1000))
     first.start()
-    time.sleep(0.3)
+    wait_for(lambda: any(m.params.n_parallel == 1 for m in own_registry.loaded())
+             and serial_worker(own_registry).active == 1, "the first job to run")
     second = threading.Thread(target=long_job, args=("second", "a", 5))
     second.start()
-    time.sleep(0.3)
+    wait_for(lambda: serial_worker(own_registry).queued == 1, "the second job to queue")
     guest = AbiGuest.create(nn)
     rc, text = guest.generate(guest.load_by_name("succ", config)[1], "b")
     assert rc == Errno.BUSY
@@ -150,14 +164,16 @@ def test_priority_orders_the_queue(own_registry: ModelRegistry) -> None:
         guest.generate(graph, prompt, json.dumps(meta))
         finished.append(name)
 
-    blocker = threading.Thread(target=job, args=("blocker", "7", {"n-predict": 2500}))
+    blocker = threading.Thread(target=job, args=("blocker", "7", {"n-predict": 1000}))
     blocker.start()
-    time.sleep(0.3)
+    wait_for(lambda: any(m.params.n_parallel == 1 for m in own_registry.loaded())
+             and serial_worker(own_registry).active == 1, "the blocker to run")
     low = threading.Thread(target=job, args=("low", "a", {"priority": -5}))
     low.start()
-    time.sleep(0.2)
+    wait_for(lambda: serial_worker(own_registry).queued == 1, "the low-priority job to queue")
     high = threading.Thread(target=job, args=("high", "b", {"priority": 5}))
     high.start()
+    wait_for(lambda: serial_worker(own_registry).queued == 2, "the high-priority job to queue")
     for t in (blocker, low, high):
         t.join(60)
     assert finished == ["blocker", "high", "low"]
@@ -168,9 +184,10 @@ def test_queue_timeout_answers_busy(own_registry: ModelRegistry) -> None:
     config = '{"ctx-size": 4096, "n-parallel": 1}'
     blocker_guest = AbiGuest.create(nn)
     blocker = threading.Thread(target=blocker_guest.generate,
-                               args=(blocker_guest.load_by_name("succ", config)[1], "7", '{"n-predict": 3000}'))
+                               args=(blocker_guest.load_by_name("succ", config)[1], "7", '{"n-predict": 1000}'))
     blocker.start()
-    time.sleep(0.3)
+    wait_for(lambda: any(m.params.n_parallel == 1 for m in own_registry.loaded())
+             and serial_worker(own_registry).active == 1, "the blocker to run")
     guest = AbiGuest.create(nn)
     rc, _ = guest.generate(guest.load_by_name("succ", config)[1], "a", '{"queue-timeout-ms": 50}')
     assert rc == Errno.BUSY

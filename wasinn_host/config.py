@@ -228,7 +228,6 @@ _KEYS: tuple[KeySpec, ...] = (
 KEYS: Mapping[str, KeySpec] = {spec.name: spec for spec in _KEYS}
 MODEL_KEY_NAMES: Mapping[str, str] = {spec.field: spec.name for spec in _KEYS if spec.record == "model"}
 
-MODEL_KEY_NAMES: Mapping[str, str] = {spec.field: spec.name for spec in _KEYS if spec.record == "model"}
 
 # Other spellings of the same keys: the original wasi_nn_backend design's names (after
 # "_" -> "-"), llama.cpp server names, and WasmEdge's misspelling.

@@ -105,7 +105,7 @@ class WasiNN:
         """An execution context on a preloaded ``name`` for use from Python (see :class:`Session`)."""
         return Session(self.registry, name, config)
 
-    def swap_model(self, name: str, path: str | os.PathLike | None = None) -> None:
+    def swap_model(self, name: str, path: str | os.PathLike[str] | None = None) -> None:
         """Hot swap: new ``load_by_name(name)`` calls get the model at ``path`` (or the file re-read);
         contexts running on the old model finish there, and it is freed after its last one."""
         self.registry.swap(name, path)

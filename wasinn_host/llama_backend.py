@@ -60,7 +60,8 @@ def capture_llama_log() -> Iterator[list[str]]:
     """Collect llama.cpp's warnings and errors during a call (to explain a failure in one line)."""
     global _captured
     with _capture_lock:
-        _captured = lines = []
+        lines: list[str] = []
+        _captured = lines
         try:
             yield lines
         finally:
@@ -358,7 +359,8 @@ def _sampler_stages(model: LlamaModel, p: SamplingParams, n_ctx_seq: int) -> lis
             if token >= model.n_vocab:
                 raise WasiNNError(Errno.INVALID_ARGUMENT,
                                   f"config key 'logit-bias': token id {token} is not in the vocabulary of {model.n_vocab}")
-            biases[i].token, biases[i].bias = token, bias
+            biases[i].token = llama_cpp.llama_token(token)
+            biases[i].bias = bias
         stages.append(llama_cpp.llama_sampler_init_logit_bias(model.n_vocab, len(p.logit_bias), biases))
     last_n = n_ctx_seq if p.last_n_penalty < 0 else p.last_n_penalty
     if p.repeat_penalty != 1.0 or p.presence_penalty or p.frequency_penalty:

@@ -41,10 +41,10 @@ class StatusCollector:
                 family.add_metric([model["name"]], model[key])
             yield family
         for key, doc in _MODEL_COUNTERS.items():
-            family = CounterMetricFamily(f"wasinn_{key}", doc, labels=["model"])
+            counter = CounterMetricFamily(f"wasinn_{key}", doc, labels=["model"])
             for model in status["models"]:
-                family.add_metric([model["name"]], model[key])
-            yield family
+                counter.add_metric([model["name"]], model[key])
+            yield counter
         yield GaugeMetricFamily("wasinn_execution_contexts", "Execution contexts alive",
                                 value=status["sessions"]["execution_contexts"])
         yield GaugeMetricFamily("wasinn_rss_bytes", "Resident memory of the process",

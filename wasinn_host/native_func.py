@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
-from typing import Callable
+from typing import Any, Callable
 
 import wasmtime
 from wasmtime import _ffi as ffi
@@ -29,7 +29,7 @@ FINALIZER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 VAL_RAW_SIZE = ctypes.sizeof(ffi.wasmtime_val_raw_t)
 
 
-def _function(name: str, restype: object, *argtypes: object) -> ctypes._CFuncPtr:  # type: ignore[name-defined]
+def _function(name: str, restype: Any, *argtypes: Any) -> Any:
     func = _dll[name]  # a new function object: wasmtime-py's prototype stays as it is
     func.restype = restype
     func.argtypes = list(argtypes)

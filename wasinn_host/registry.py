@@ -183,7 +183,7 @@ class ModelRegistry:
                 del self._models[model.key]
         self._close(model)
 
-    def swap(self, name: str, path: str | Path | None = None) -> Preload:
+    def swap(self, name: str, path: str | os.PathLike[str] | None = None) -> Preload:
         """Hot swap: serve ``name`` from ``path`` (or re-read its file) for every new load.
 
         Models already loaded under the name are marked stale: contexts using them finish
