@@ -69,3 +69,10 @@ def test_load_bytes_guest(nn: WasiNN, tmp_path: pathlib.Path, successor_path: pa
     code, _, err = run_guest(nn, tmp_path, "load_bytes", ["/models/successor.gguf", "m"],
                              dirs=[(str(successor_path.parent), "/models")], env={"target": "3"})
     assert code == 1 and "load returned 1" in err
+
+
+@pytest.mark.parametrize("prompt", ["hello", "Jim", "b"])
+def test_streamed_pieces_equal_the_non_streaming_output(nn: WasiNN, tmp_path: pathlib.Path, prompt: str) -> None:
+    _, whole, _ = run_guest(nn, tmp_path, "complete", ["succ", prompt], env={"temp": "0"})
+    _, streamed, _ = run_guest(nn, tmp_path, "chat", ["succ"], stdin=prompt + "\n", env={"temp": "0"})
+    assert whole.removesuffix("</s>\n") == streamed.removesuffix("\n")  # the streaming guest skips the EOG piece
