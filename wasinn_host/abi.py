@@ -61,6 +61,36 @@ SIGNATURES: dict[str, int] = {
 }
 
 
+class _IdleReaper:
+    """One process-wide thread that reaps idle contexts for every live :class:`WasiNNImports`."""
+
+    _targets: "weakref.WeakSet[WasiNNImports]" = weakref.WeakSet()
+    _thread: threading.Thread | None = None
+    _lock = threading.Lock()
+    _wake = threading.Event()
+
+    @classmethod
+    def watch(cls, imports: "WasiNNImports") -> None:
+        with cls._lock:
+            if imports not in cls._targets:
+                cls._targets.add(imports)
+                cls._wake.set()  # a new, maybe shorter, period
+            if cls._thread is None:
+                cls._thread = threading.Thread(target=cls._run, name="wasinn-idle-reaper", daemon=True)
+                cls._thread.start()
+
+    @classmethod
+    def _run(cls) -> None:
+        while True:
+            targets = list(cls._targets)
+            period = min((t.limits.idle_timeout_ms / 4000.0 for t in targets), default=1.0)
+            cls._wake.wait(min(max(period, 0.01), 5.0))
+            cls._wake.clear()
+            for target in targets:
+                target.reap_idle()
+            del targets
+
+
 def _store_key(store: wasmtime.Store) -> int:
     return ctypes.addressof(store._context().contents)
 
@@ -77,7 +107,6 @@ class WasiNNImports:
         self._states: dict[int, StoreState] = {}
         self._lock = threading.Lock()
         self._warned_unattached = False
-        self._reaper: threading.Thread | None = None
 
     # -- Store bookkeeping ---------------------------------------------------------
 
@@ -124,20 +153,17 @@ class WasiNNImports:
             return list(self._states.values())
 
     def _start_reaper(self) -> None:
-        if self._reaper is not None or self.limits.idle_timeout_ms <= 0:
-            return
-        self._reaper = threading.Thread(target=self._reap_forever, name="wasinn-idle-reaper", daemon=True)
-        self._reaper.start()
+        if self.limits.idle_timeout_ms > 0:
+            _IdleReaper.watch(self)
 
-    def _reap_forever(self) -> None:
+    def reap_idle(self) -> None:
+        """Finalise the execution contexts unused for ``idle_timeout_ms`` in every Store."""
         idle = self.limits.idle_timeout_ms / 1000.0
-        while True:
-            time.sleep(min(max(idle / 4, 0.01), 5.0))
-            for state in self.states():
-                reaped = state.reap_idle(idle)
-                if reaped:
-                    log.info("finalised %d execution contexts idle for more than idle_timeout_ms=%d",
-                             reaped, self.limits.idle_timeout_ms)
+        for state in self.states():
+            reaped = state.reap_idle(idle)
+            if reaped:
+                log.info("finalised %d execution contexts idle for more than idle_timeout_ms=%d",
+                         reaped, self.limits.idle_timeout_ms)
 
     def _state(self, key: int) -> StoreState:
         state = self._states.get(key)
