@@ -6,13 +6,16 @@ Each example gets a fresh Store holding one instance of the ABI guest (``abi_gue
 the imports with random *and* edge-case pointers (0, inside, exactly at the end, one past, straddling,
 0xFFFFFFFF, huge), lengths, handles (valid ones from Bundles, stale ones, random ones), indices,
 tensor structs (types 2/3 with garbage high bytes, other types, odd dims), configuration JSON (valid,
-invalid, wrong value types, out of range) and model bytes for ``load`` (truncated or corrupted prefixes
-of the real successor model, random bytes, the full file now and then).
+invalid, wrong value types, out of range) and model bytes for ``load`` (truncated and corrupted copies
+of the real successor model, including one that makes llama.cpp abort, random bytes, the full file now
+and then; from a fixed catalogue, since the host checks each new GGUF in a child process, or drawn
+freely with ``wide_models``).
 
 Checked after every call:
 
 * the call returns an int (no trap: an exception escaping the host traps the guest) and the process
   did not crash or hang (a watchdog dumps the stacks and exits if one call takes over ``call_timeout``);
+* the host logged no ERROR (an exception the ABI layer swallowed into errno 5, a worker error);
 * the errno is in the spec's set {0..8, 100..103};
 * guest memory is byte-for-byte what it should be: unchanged outside the ranges the guest named for
   output, and inside them exactly the handle / the output bytes / the u32 size the host reported
@@ -24,7 +27,7 @@ Checked after every call:
 * the host's tables (``StoreState.graphs`` / ``contexts`` / ``by_name``) equal the model's, every loaded
   model's reference count equals the graphs and contexts that use it, models from guest bytes are
   freed with their last user, and the registry holds at most one model per (preload, load-time
-  config profile).
+  config profile); after each example (Store freed) no model is referenced any more.
 
 Generation is kept bounded: before a ``compute`` whose context could generate without limit (its
 ``n-predict`` is unlimited and the model / prompt / sampling do not guarantee a quick EOS), the rule
@@ -187,7 +190,7 @@ def make_env(model_dir: pathlib.Path, *, wide_models: bool = False, call_timeout
         f"missing:GGML:CPU:{model_dir / 'no-such-model.gguf'}",
     ])
     nn = WasiNN(registry=registry, limits=FUZZ_LIMITS)
-    module = wasmtime.Module(nn.engine, wasmtime.wat2wasm(abi_guest_wat(MEMORY_PAGES)))
+    module = wasmtime.Module(nn.engine, bytes(wasmtime.wat2wasm(abi_guest_wat(MEMORY_PAGES))))
     data = succ.read_bytes()
     assert len(data) < MEM - 65536, "the successor model no longer fits the fuzz guest's memory"
     env = FuzzEnv(nn, registry, module, data, hashlib.sha256(data).hexdigest(), FuzzStats(),
@@ -387,6 +390,7 @@ def _contains(ptr: int, length: int) -> bool:
     return (ptr & U32) + (length & U32) <= MEM
 
 
+_REAL_STDERR = sys.__stderr__ if sys.__stderr__ is not None else sys.stderr
 _memcmp = ctypes.CDLL(None).memcmp
 _memcmp.restype = ctypes.c_int
 _memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
@@ -416,7 +420,11 @@ class AbiFuzzMachine(RuleBasedStateMachine):
         assert isinstance(memory, wasmtime.Memory)
         self.guest = AbiGuest(env.nn, self.store, instance, memory)
         assert self.guest.size == MEM
-        self.funcs = {name: exports[f"nn_{name}"] for name in SIGNATURES}
+        self.funcs: dict[str, wasmtime.Func] = {}
+        for name in SIGNATURES:
+            func = exports[f"nn_{name}"]
+            assert isinstance(func, wasmtime.Func)
+            self.funcs[name] = func
         self.key = _store_key(self.store)
         self.state = env.nn.imports._states[self.key]
         # what guest memory must hold: every write of ours goes here too; the host may only
@@ -464,7 +472,7 @@ class AbiFuzzMachine(RuleBasedStateMachine):
         """Call import ``name`` and return its errno; then check memory with :meth:`expect`."""
         signed = [a - (1 << 32) if a >= (1 << 31) else a for a in args]
         # a hung call: dump every thread's stack to the real stderr (pytest may be capturing) and exit
-        faulthandler.dump_traceback_later(self.env.call_timeout, exit=True, file=sys.__stderr__)
+        faulthandler.dump_traceback_later(self.env.call_timeout, exit=True, file=_REAL_STDERR)
         started = time.perf_counter()
         try:
             rc = self.funcs[name](self.store, *signed)
@@ -673,10 +681,10 @@ class AbiFuzzMachine(RuleBasedStateMachine):
             blob = model[:data.draw(weighted((3, st.integers(0, 4096)), (1, st.integers(0, len(model) - 1))))]
         elif kind == "corrupt":
             size = data.draw(weighted((3, st.integers(8, 32768)), (1, st.just(len(model)))))
-            blob = bytearray(model[:size])
+            damaged = bytearray(model[:size])
             for _ in range(data.draw(st.integers(1, 8))):
-                blob[data.draw(st.integers(0, min(size, 32768) - 1))] = data.draw(st.integers(0, 255))
-            blob = bytes(blob)
+                damaged[data.draw(st.integers(0, min(size, 32768) - 1))] = data.draw(st.integers(0, 255))
+            blob = bytes(damaged)
         elif kind == "random":
             blob = data.draw(st.one_of(st.binary(max_size=64), st.binary(max_size=16).map(lambda b: b"GGUF" + b)))
         elif kind == "preload":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pathlib
 import sys
 import threading
+from collections.abc import Iterator
 
 import pytest
 
@@ -17,16 +18,16 @@ from abi_guest import AbiGuest
 from fuzz_machine import SIGNATURES, FuzzEnv, make_env, run_fuzz
 from wasinn_host import ModelRegistry, WasiNN
 
-EXAMPLES = 160
+EXAMPLES = 200
 STEPS = 50
-MIN_CALLS = 3000
-"""The run must really exercise the host: at least this many import calls (about 4,500 are made)."""
+MIN_CALLS = 6000
+"""The run must really exercise the host: at least this many import calls (about 9,500 are made)."""
 
 
 @pytest.fixture(scope="module")
-def fuzz_env(tmp_path_factory: pytest.TempPathFactory) -> FuzzEnv:
+def fuzz_env(model_dir: pathlib.Path) -> Iterator[FuzzEnv]:
     """Its own registry: the fuzzer checks every model's reference count against its one Store."""
-    env = make_env(tmp_path_factory.mktemp("fuzz-models"))
+    env = make_env(model_dir)
     yield env
     env.registry.close()
 

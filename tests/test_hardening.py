@@ -201,3 +201,24 @@ def test_soak_64_guests_x_50_requests(successor_path: pathlib.Path, capsys: pyte
     assert fds_after == fds_before
     assert rss_after - rss_before < 64, "memory must return to where it started (allowing allocator slack)"
     registry.close()
+
+
+def test_unused_model_instances_do_not_pile_up(successor_path: pathlib.Path) -> None:
+    registry = ModelRegistry([f"succ:GGML:AUTO:{successor_path}"], max_idle_models=2)
+    nn = WasiNN(registry=registry)
+    for k in range(8):  # each distinct load-time config is a model instance
+        guest = AbiGuest.create(nn)
+        rc, graph = guest.load_by_name("succ", json.dumps({"ctx-size": 16 + k}))
+        assert rc == 0 and guest.call("unload", graph) == 0
+        nn.detach(guest.store)
+    assert len(registry.loaded()) == 2
+    # an unused instance also gives way when a new one needs its KV budget
+    tight = ModelRegistry([f"succ:GGML:AUTO:{successor_path}"], max_kv_bytes=10 << 20)
+    nn = WasiNN(registry=tight)
+    for ctx_size in (1024, 1280):  # 6 and 7.5 MiB of KV cache (4 sequences): not both at once
+        guest = AbiGuest.create(nn)
+        assert guest.load_by_name("succ", json.dumps({"ctx-size": ctx_size}))[0] == 0
+        nn.detach(guest.store)
+    assert [m.params.ctx_size for m in tight.loaded()] == [1280]
+    registry.close()
+    tight.close()

@@ -3,8 +3,11 @@
 A model is identified by its file (or content hash, for guest bytes) and its load-time
 :class:`ModelParams`; every Store and execution context asking for the same pair shares
 one :class:`LoadedModel` (weights in memory once, one worker thread).  Preloaded names
-load lazily on the first ``load_by_name`` and then stay loaded, so guests that come and
-go never pay for a reload; models loaded from guest bytes are freed with their last user.
+load lazily on the first ``load_by_name`` and then stay loaded while unused, so guests
+that come and go never pay for a reload; at most ``max_idle_models`` unused ones are kept
+(least recently used go first), and unused ones are also freed when a new model needs
+their share of ``max_kv_bytes``.  Models loaded from guest bytes are freed with their
+last user.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .config import ModelParams
 from .engine import ModelWorker
@@ -46,6 +49,7 @@ class LoadedModel:
     name: str | None = None
     path: Path | None = None
     refs: int = 0
+    last_used: float = field(default_factory=time.monotonic)
     stale: bool = False
     """Replaced by a hot swap: running contexts finish on it, new loads get the new model."""
     loaded_at: float = field(default_factory=time.time)
@@ -57,12 +61,13 @@ class LoadedModel:
 
 
 def _open_model(path: Path, params: ModelParams, label: str, key: tuple[object, ...], keep: bool,
-                max_queue: int, kv_room: int) -> LoadedModel:
+                max_queue: int, make_room: Callable[[int], int]) -> LoadedModel:
     started = time.perf_counter()
     llama = LlamaModel(path, params)
     try:
         n_ctx_seq = params.ctx_size or min(llama.n_ctx_train or MAX_DEFAULT_CTX, MAX_DEFAULT_CTX)
         kv = kv_cache_bytes(llama, n_ctx_seq * params.n_parallel)
+        kv_room = make_room(kv)
         if kv > kv_room:
             raise WasiNNError(Errno.TOO_LARGE, (
                 f"model {label}: a KV cache of {kv >> 20} MiB ({params.n_parallel} sequences x {n_ctx_seq} tokens) "
@@ -85,8 +90,9 @@ class ModelRegistry:
     """Name → model table shared by every Store of a process (thread-safe)."""
 
     def __init__(self, preloads: Iterable[Preload | str] = (), *, max_queue: int = 256,
-                 max_kv_bytes: int = 0) -> None:
+                 max_kv_bytes: int = 0, max_idle_models: int = 4) -> None:
         self.max_queue = max_queue
+        self.max_idle_models = max_idle_models
         self.max_kv_bytes = max_kv_bytes or Limits().kv_budget()
         self._lock = threading.RLock()
         self._preloads: dict[str, Preload] = {}
@@ -129,7 +135,7 @@ class ModelRegistry:
             model = self._models.get(key)
             if model is None:
                 model = _open_model(path, params, name, key, keep=True, max_queue=self.max_queue,
-                                    kv_room=self._kv_room())
+                                    make_room=self._make_room)
                 model.name = name
                 self._models[key] = model
             model.refs += 1
@@ -158,15 +164,31 @@ class ModelRegistry:
                             self._rejected[digest] = err.message
                         raise
                     model = _open_model(Path(name), params, f"bytes:{digest[:12]}", key, keep=False,
-                                        max_queue=self.max_queue, kv_room=self._kv_room())
+                                        max_queue=self.max_queue, make_room=self._make_room)
                 finally:
                     os.unlink(name)
                 self._models[key] = model
             model.refs += 1
             return model
 
-    def _kv_room(self) -> int:
-        return self.max_kv_bytes - sum(m.worker.context.kv_bytes for m in self._models.values())
+    def _make_room(self, kv_bytes: int) -> int:
+        """Free idle models, least recently used first, until ``kv_bytes`` fit; return the room left."""
+        def room() -> int:
+            return self.max_kv_bytes - sum(m.worker.context.kv_bytes for m in self._models.values())
+
+        for model in sorted(self._idle_models(), key=lambda m: m.last_used):
+            if room() >= kv_bytes:
+                break
+            self._evict(model)
+        return room()
+
+    def _idle_models(self) -> list[LoadedModel]:
+        return [m for m in self._models.values() if m.refs <= 0]
+
+    def _evict(self, model: LoadedModel) -> None:
+        if self._models.get(model.key) is model:
+            del self._models[model.key]
+        self._close(model)
 
     def retain(self, model: LoadedModel) -> None:
         """Add a reference to a model already acquired."""
@@ -177,7 +199,13 @@ class ModelRegistry:
         """Drop one reference; models from guest bytes are freed with their last reference."""
         with self._lock:
             model.refs -= 1
-            if model.refs > 0 or model.keep_loaded:
+            model.last_used = time.monotonic()
+            if model.refs > 0:
+                return
+            if model.keep_loaded:  # stays warm for the next guest, within max_idle_models
+                idle = sorted(self._idle_models(), key=lambda m: m.last_used)
+                for old in idle[: max(0, len(idle) - self.max_idle_models)]:
+                    self._evict(old)
                 return
             if self._models.get(model.key) is model:
                 del self._models[model.key]
