@@ -120,15 +120,9 @@ int main(int argc, char **argv) {
     const char *np = env_get("n_predict");
     if (np) max_calls = env_parse_int("n_predict", np);
 
-    strbuf_t config = {0};
-    build_config_json(&config);
-    uint32_t graph = 0, ctx = 0;
-    int32_t rc = wasi_nn_load_by_name_with_config(WASI_NN_PTR(alias), (uint32_t)strlen(alias),
-                                                  WASI_NN_PTR(config.data), (uint32_t)config.len,
-                                                  WASI_NN_PTR(&graph));
-    if (rc != 0) return nn_fail("load_by_name_with_config", rc);
-    if ((rc = wasi_nn_init_execution_context(graph, WASI_NN_PTR(&ctx))) != 0)
-        return nn_fail("init_execution_context", rc);
+    uint32_t ctx = 0;
+    int failed = open_named_context(alias, &ctx);
+    if (failed) return failed;
 
     /* ChatML: history holds the conversation so far (ends after an <|im_end|>\n). */
     strbuf_t history = {0};
@@ -164,6 +158,5 @@ int main(int argc, char **argv) {
     }
     free(line);
     sb_free(&history);
-    sb_free(&config);
     return 0;
 }

@@ -31,16 +31,7 @@ int main(int argc, char **argv) {
         fputs("usage: complete.wasm ALIAS PROMPT\n", stderr);
         return 2;
     }
-    const char *alias = argv[1];
-    strbuf_t config = {0};
-    build_config_json(&config);
-
-    uint32_t graph = 0, ctx = 0;
-    int32_t rc = wasi_nn_load_by_name_with_config(WASI_NN_PTR(alias), (uint32_t)strlen(alias),
-                                                  WASI_NN_PTR(config.data), (uint32_t)config.len,
-                                                  WASI_NN_PTR(&graph));
-    if (rc != 0) return nn_fail("load_by_name_with_config", rc);
-    if ((rc = wasi_nn_init_execution_context(graph, WASI_NN_PTR(&ctx))) != 0)
-        return nn_fail("init_execution_context", rc);
-    return run_completion(ctx, argv[2]);
+    uint32_t ctx = 0;
+    int failed = open_named_context(argv[1], &ctx);
+    return failed ? failed : run_completion(ctx, argv[2]);
 }

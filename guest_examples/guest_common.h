@@ -253,6 +253,22 @@ static inline int32_t nn_get_metadata(uint32_t ctx, char *buf, size_t cap, size_
  * (ContextFull): error line, then the output and metadata are still printed,
  * return 1. Otherwise return 0.
  */
+/* load_by_name_with_config(alias, config JSON from the environment), then
+ * init_execution_context. Returns 0 with *ctx set, or 1 after an error line. */
+static inline int open_named_context(const char *alias, uint32_t *ctx) {
+    strbuf_t config = {0};
+    build_config_json(&config);
+    uint32_t graph = 0;
+    int32_t rc = wasi_nn_load_by_name_with_config(WASI_NN_PTR(alias), (uint32_t)strlen(alias),
+                                                  WASI_NN_PTR(config.data), (uint32_t)config.len,
+                                                  WASI_NN_PTR(&graph));
+    sb_free(&config);
+    if (rc != 0) return nn_fail("load_by_name_with_config", rc);
+    if ((rc = wasi_nn_init_execution_context(graph, WASI_NN_PTR(ctx))) != 0)
+        return nn_fail("init_execution_context", rc);
+    return 0;
+}
+
 static inline int run_completion(uint32_t ctx, const char *prompt) {
     static char out[GUEST_OUTPUT_MAX];
     static char meta[GUEST_METADATA_MAX];
