@@ -37,8 +37,6 @@ from .store_state import ContextCounter, StoreState
 log = logging.getLogger("wasinn_host")
 
 MODULE = "wasi_ephemeral_nn"
-TENSOR_STRUCT_SIZE = 20
-BUILDER_SIZE = 8
 U8_TYPES = (2, 3)  # U8 is 3 since WasmEdge 0.14.1_plugin_lts, 2 before
 MAX_DIMS = 8
 PRELOAD_PREFIX = b"preload:"

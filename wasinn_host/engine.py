@@ -36,13 +36,7 @@ log = logging.getLogger("wasinn_host")
 class Sequence:
     """The engine-side state of one execution context (its sampler and slot affinity)."""
 
-    _next_id = 0
-    _id_lock = threading.Lock()
-
     def __init__(self) -> None:
-        with Sequence._id_lock:
-            self.id = Sequence._next_id
-            Sequence._next_id += 1
         self.sampler: Sampler | None = None
         self.sampler_params: SamplingParams | None = None
         self.slot: Slot | None = None
@@ -95,7 +89,6 @@ class Job:
     done: threading.Event = field(default_factory=threading.Event)
     # worker state
     slot: Slot | None = None
-    shifted_tokens: int = 0
     _order: int = 0
     _logits_index: int = -1
     _t_start: float = 0.0
@@ -429,7 +422,6 @@ class ModelWorker:
         self.context.seq_shift(slot.seq_id, n_keep, n_discard)
         del slot.kv[n_keep:n_keep + n_discard]
         del job.tokens[n_keep:n_keep + n_discard]
-        job.shifted_tokens += n_discard
         return True
 
     def _finish(self, job: Job, errno: Errno, reason: str) -> None:

@@ -60,10 +60,6 @@ class GuestMemory:
         address = self.check(ptr, len(data), what)
         ctypes.memmove(address, data, len(data))
 
-    def read_u32(self, ptr: int, what: str) -> int:
-        """Read one little-endian ``u32``."""
-        return int(_U32.unpack(self.read(ptr, 4, what))[0])
-
     def read_u32s(self, ptr: int, count: int, what: str) -> tuple[int, ...]:
         """Read ``count`` consecutive little-endian ``u32`` values."""
         count &= U32_MASK

@@ -123,17 +123,6 @@ class LlamaModel:
         llama_cpp.llama_model_desc(self.ptr, buf, len(buf))
         return buf.value.decode("utf-8", "replace")
 
-    def meta(self, key: str) -> str | None:
-        """A GGUF metadata value as text, or None."""
-        buf = ctypes.create_string_buffer(4096)
-        n = llama_cpp.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
-        if n < 0:
-            return None
-        if n >= len(buf):
-            buf = ctypes.create_string_buffer(n + 1)
-            llama_cpp.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
-        return buf.value.decode("utf-8", "replace")
-
     def tokenize(self, text: bytes, add_special: bool = True, parse_special: bool = True) -> list[int]:
         """Text to token ids (BOS added and special-token text parsed, as WasmEdge does)."""
         capacity = len(text) + 8
