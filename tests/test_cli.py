@@ -117,12 +117,24 @@ def test_timeout_stops_a_runaway_guest(tmp_path: pathlib.Path) -> None:
     assert time.monotonic() - started < 30
 
 
+READY_THEN_SPIN = """
+(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 16) "ready\\n")
+  (data (i32.const 0) "\\10\\00\\00\\00\\06\\00\\00\\00")
+  (func (export "_start")
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 32)))
+    (loop $l (br $l))))
+"""
+
+
 def test_ctrl_c_ends_cleanly(tmp_path: pathlib.Path) -> None:
     module = tmp_path / "spin.wasm"
-    module.write_bytes(wasmtime.wat2wasm(SPIN))
+    module.write_bytes(wasmtime.wat2wasm(READY_THEN_SPIN))
     proc = subprocess.Popen([sys.executable, "-m", "wasinn_host", "run", str(module)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2.0)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"  # the guest is running
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130

@@ -184,7 +184,7 @@ def test_queue_timeout_answers_busy(own_registry: ModelRegistry) -> None:
     config = '{"ctx-size": 4096, "n-parallel": 1}'
     blocker_guest = AbiGuest.create(nn)
     blocker = threading.Thread(target=blocker_guest.generate,
-                               args=(blocker_guest.load_by_name("succ", config)[1], "7", '{"n-predict": 1000}'))
+                               args=(blocker_guest.load_by_name("succ", config)[1], "7", '{"n-predict": 2500}'))
     blocker.start()
     wait_for(lambda: any(m.params.n_parallel == 1 for m in own_registry.loaded())
              and serial_worker(own_registry).active == 1, "the blocker to run")
