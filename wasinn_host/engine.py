@@ -455,7 +455,10 @@ def _cut_at_stop(text: bytearray, stops: tuple[str, ...], new_bytes: int) -> boo
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the common prefix (the usual cases, one list extending the other, at C speed)."""
     n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
     i = 0
     while i < n and a[i] == b[i]:
         i += 1
