@@ -232,3 +232,24 @@ def test_python_session_stream_equals_complete(nn: WasiNN) -> None:
         assert b"".join(pieces).decode() == successor_text("k")
         assert session.metadata["input_tokens"] == 2
         assert list(session.stream("3", max_tokens=5)) == [b"4", b"5", b"6", b"7", b"8"]
+
+
+def test_secondary_sampling_keys(guest: AbiGuest) -> None:
+    plain = sample(guest, seed=11)
+    # dynamic temperature depends on the entropy: give a few tokens a lead so it is neither 0 nor maximal
+    lead = {"logit-bias": {str(char_token_id(c)): 4.0 for c in "abcdefgh"}, "dynatemp-range": 0.9}
+    dyn = sample(guest, seed=11, **lead, **{"dynatemp-exponent": 1.0})
+    assert sample(guest, seed=11, **lead, **{"dynatemp-exponent": 4.0}) != dyn
+    miro = sample(guest, seed=11, mirostat=2, **{"mirostat-eta": 0.1})
+    assert sample(guest, seed=11, mirostat=2, **{"mirostat-eta": 1.0}) != miro
+    xtc = {"xtc-probability": 1.0, "seed": 11}
+    assert sample(guest, **xtc, **{"xtc-threshold": 0.9}) == plain, "no candidate above the threshold: no effect"
+    assert sample(guest, **xtc, **{"xtc-threshold": 0.001}) != plain
+    cycle = successor_text("0", 30)
+    dry = {"temp": 0, "n-predict": 30, "dry-multiplier": 50.0, "dry-allowed-length": 2}
+    penalised = generate(guest, "0", dry)[1]
+    assert penalised != cycle
+    assert generate(guest, "0", {**dry, "dry-last-n": 0})[1] == cycle, "dry-last-n 0 looks at nothing"
+    assert generate(guest, "0", {**dry, "dry-allowed-length": 40})[1] == cycle, "repeats shorter than allowed"
+    assert generate(guest, "0", {**dry, "dry-sequence-breakers": [str(d) for d in range(10)]})[1] == cycle
+    assert generate(guest, "0", {**dry, "dry-base": 1.01, "dry-multiplier": 0.5})[1] == cycle, "a weak penalty"
