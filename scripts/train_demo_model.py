@@ -78,7 +78,10 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(1, str(pathlib.Path(__file__).resolve().parent.parent))
 import eval_demo_model as demo  # noqa: E402
+
+from wasinn_host.testmodels import LlamaShape, Vocab, write_llama_gguf  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "wasinn_host" / "models" / "demo-arith.gguf"
@@ -296,65 +299,34 @@ def accuracy(answers: Sequence[str], problems: Sequence[tuple[str, str]]) -> flo
 
 def export_gguf(model: TinyLlama, path: pathlib.Path) -> None:
     """Write the model as a llama.cpp GGUF (F16 matrices, F32 norms), atomically."""
-    import gguf
-
     cfg = model.cfg
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    w = gguf.GGUFWriter(str(tmp), "llama")
-    w.add_name("wasinn-demo-arith")
-    w.add_description("Tiny arithmetic demo model for wasinn-host (scripts/train_demo_model.py)")
-    w.add_context_length(cfg.context_length)
-    w.add_embedding_length(cfg.dim)
-    w.add_block_count(cfg.n_layers)
-    w.add_feed_forward_length(cfg.n_ff)
-    w.add_head_count(cfg.n_heads)
-    w.add_head_count_kv(cfg.n_heads)
-    w.add_layer_norm_rms_eps(cfg.norm_eps)
-    w.add_rope_dimension_count(cfg.head_dim)
-    w.add_rope_freq_base(cfg.rope_base)
-    w.add_vocab_size(cfg.vocab_size)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-
-    w.add_tokenizer_model("llama")
-    w.add_token_list(demo.TOKENS)
+    shape = LlamaShape(n_vocab=cfg.vocab_size, n_embd=cfg.dim, n_layer=cfg.n_layers, n_head=cfg.n_heads,
+                       n_ff=cfg.n_ff, context_length=cfg.context_length, rms_eps=cfg.norm_eps,
+                       rope_base=cfg.rope_base)
     scores = [0.0 if t != demo.TOKEN_TYPE_NORMAL else -float(i) for i, t in enumerate(demo.TOKEN_TYPES)]
-    w.add_token_scores(scores)
-    w.add_token_types(demo.TOKEN_TYPES)
-    w.add_bos_token_id(demo.BOS_ID)
-    w.add_eos_token_id(demo.EOS_ID)
-    w.add_eot_token_id(demo.IM_END_ID)
-    w.add_unk_token_id(demo.UNK_ID)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
-    w.add_add_space_prefix(False)
-    w.add_chat_template(demo.CHAT_TEMPLATE)
+    vocab = Vocab(demo.TOKENS, scores, demo.TOKEN_TYPES, bos_id=demo.BOS_ID, eos_id=demo.EOS_ID,
+                  unk_id=demo.UNK_ID, eot_id=demo.IM_END_ID)
 
-    def f16(t: torch.Tensor) -> np.ndarray:
-        return t.detach().cpu().numpy().astype(np.float16)
-
-    def f32(t: torch.Tensor) -> np.ndarray:
+    def weights(t: torch.Tensor) -> np.ndarray:
         return t.detach().cpu().numpy().astype(np.float32)
 
-    w.add_tensor("token_embd.weight", f16(model.tok_embd.weight))
+    tensors = {"token_embd.weight": weights(model.tok_embd.weight)}
     for i, blk in enumerate(model.layers):
         p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", f32(blk.attn_norm.weight))
-        w.add_tensor(p + "attn_q.weight", f16(blk.wq.weight))
-        w.add_tensor(p + "attn_k.weight", f16(blk.wk.weight))
-        w.add_tensor(p + "attn_v.weight", f16(blk.wv.weight))
-        w.add_tensor(p + "attn_output.weight", f16(blk.wo.weight))
-        w.add_tensor(p + "ffn_norm.weight", f32(blk.ffn_norm.weight))
-        w.add_tensor(p + "ffn_gate.weight", f16(blk.w_gate.weight))
-        w.add_tensor(p + "ffn_up.weight", f16(blk.w_up.weight))
-        w.add_tensor(p + "ffn_down.weight", f16(blk.w_down.weight))
-    w.add_tensor("output_norm.weight", f32(model.output_norm.weight))
-    w.add_tensor("output.weight", f16(model.output.weight))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    os.replace(tmp, path)
+        tensors[p + "attn_norm.weight"] = weights(blk.attn_norm.weight)
+        tensors[p + "attn_q.weight"] = weights(blk.wq.weight)
+        tensors[p + "attn_k.weight"] = weights(blk.wk.weight)
+        tensors[p + "attn_v.weight"] = weights(blk.wv.weight)
+        tensors[p + "attn_output.weight"] = weights(blk.wo.weight)
+        tensors[p + "ffn_norm.weight"] = weights(blk.ffn_norm.weight)
+        tensors[p + "ffn_gate.weight"] = weights(blk.w_gate.weight)
+        tensors[p + "ffn_up.weight"] = weights(blk.w_up.weight)
+        tensors[p + "ffn_down.weight"] = weights(blk.w_down.weight)
+    tensors["output_norm.weight"] = weights(model.output_norm.weight)
+    tensors["output.weight"] = weights(model.output.weight)
+    write_llama_gguf(path, shape, vocab, tensors, name="wasinn-demo-arith", f16=True,
+                     description="Tiny arithmetic demo model for wasinn-host (scripts/train_demo_model.py)",
+                     chat_template=demo.CHAT_TEMPLATE)
 
 
 def f16_rounded(model: TinyLlama) -> TinyLlama:

@@ -6,7 +6,6 @@ import json
 import pathlib
 import re
 
-import gguf
 import pytest
 
 from wasinn_host import testmodels
@@ -253,17 +252,9 @@ def test_model_chat_template_with_fake_reader() -> None:
 def _write_model_with_template(path: pathlib.Path, template: str | None) -> pathlib.Path:
     """The project's successor test model, optionally with a tokenizer.chat_template key."""
     shape = testmodels._successor_shape(64, 1)
-    writer = gguf.GGUFWriter(path, "llama")
-    testmodels._add_metadata(writer, shape, testmodels._build_vocab(shape.n_vocab), "chat-test", False)
-    if template is not None:
-        writer.add_chat_template(template)
-    for name, data in testmodels._successor_tensors(shape, 20.0).items():
-        writer.add_tensor(name, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return testmodels.write_llama_gguf(path, shape, testmodels._build_vocab(shape.n_vocab),
+                                       testmodels._successor_tensors(shape, 20.0), name="chat-test", f16=False,
+                                       chat_template=template)
 
 
 @pytest.mark.parametrize("template", [None, DEFAULT_CHATML + "{# " + "é" * 3000 + " #}"])

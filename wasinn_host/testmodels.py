@@ -55,6 +55,8 @@ import numpy as np
 
 __all__ = [
     "BOS_ID",
+    "LlamaShape",
+    "Vocab",
     "BYTE_TOKEN_OFFSET",
     "CHAR_TOKEN_OFFSET",
     "EOS_ID",
@@ -68,6 +70,7 @@ __all__ = [
     "successor_tokenize",
     "successor_tokens",
     "write_random_model",
+    "write_llama_gguf",
     "write_successor_model",
     "write_test_models",
 ]
@@ -98,12 +101,16 @@ SUCCESSOR_N_FF = 64
 
 
 @dataclass(frozen=True)
-class _Vocab:
-    """Token pieces, scores and types, index = token id."""
+class Vocab:
+    """An SPM vocabulary: token pieces, scores and types (index = token id) and the special ids."""
 
     tokens: list[str]
     scores: list[float]
     types: list[int]
+    bos_id: int = BOS_ID
+    eos_id: int = EOS_ID
+    unk_id: int = UNK_ID
+    eot_id: int | None = None
 
 
 def char_token_id(char: str) -> int:
@@ -126,7 +133,7 @@ def _char_piece(code: int) -> str:
     return SPM_SPACE if code == 0x20 else chr(code)
 
 
-def _build_vocab(n_vocab: int) -> _Vocab:
+def _build_vocab(n_vocab: int) -> Vocab:
     """The shared vocabulary, padded with NORMAL ``<t{i}>`` tokens up to ``n_vocab`` entries."""
     if n_vocab < SUCCESSOR_VOCAB_SIZE:
         raise ValueError(f"n_vocab must be at least {SUCCESSOR_VOCAB_SIZE}, got {n_vocab}")
@@ -141,7 +148,7 @@ def _build_vocab(n_vocab: int) -> _Vocab:
     # Every piece is a single character or a special token, so the SPM merge scores never decide
     # anything; give each token a distinct, decreasing score all the same, as SPM vocabularies do.
     scores = [-float(i) for i in range(n_vocab)]
-    return _Vocab(tokens=tokens, scores=scores, types=[int(t) for t in types])
+    return Vocab(tokens=tokens, scores=scores, types=[int(t) for t in types])
 
 
 def successor_tokenize(text: str, *, add_bos: bool = True) -> list[int]:
@@ -226,7 +233,7 @@ def successor_ends_with_eos(prompt: str, n: int | None = None) -> bool:
 
 
 @dataclass(frozen=True)
-class _Shape:
+class LlamaShape:
     """Hyperparameters of a llama model."""
 
     n_vocab: int
@@ -235,13 +242,16 @@ class _Shape:
     n_head: int
     n_ff: int
     context_length: int
+    rms_eps: float = RMS_NORM_EPS
+    rope_base: float | None = None
+    """Written only when given (llama.cpp's default is 10000)."""
 
     @property
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
 
 
-def _validate(shape: _Shape) -> None:
+def _validate(shape: LlamaShape) -> None:
     """Reject shapes llama.cpp would refuse or that make no sense."""
     for field in ("n_vocab", "n_embd", "n_layer", "n_head", "n_ff", "context_length"):
         if getattr(shape, field) < 1:
@@ -250,43 +260,56 @@ def _validate(shape: _Shape) -> None:
         raise ValueError("n_embd must be n_head times an even head dimension")
 
 
-def _add_metadata(writer: gguf.GGUFWriter, shape: _Shape, vocab: _Vocab, name: str, f16: bool) -> None:
-    """Write the architecture, tokenizer and general keys llama.cpp needs."""
+def write_llama_gguf(
+    path: str | os.PathLike[str],
+    shape: LlamaShape,
+    vocab: Vocab,
+    tensors: dict[str, np.ndarray],
+    *,
+    name: str,
+    f16: bool,
+    description: str | None = None,
+    chat_template: str | None = None,
+) -> pathlib.Path:
+    """Write a llama-architecture GGUF with an SPM vocabulary, atomically.
+
+    ``tensors`` are in PyTorch ``nn.Linear`` layout; 2-D ones are stored as F16 when ``f16``,
+    everything else (norms) as F32.  Used for the test models and by
+    ``scripts/train_demo_model.py`` for the demo model.
+    """
+    out = pathlib.Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    writer = gguf.GGUFWriter(tmp, "llama")
     writer.add_name(name)
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if f16 else gguf.LlamaFileType.ALL_F32)
-    writer.add_vocab_size(shape.n_vocab)
+    if description is not None:
+        writer.add_description(description)
     writer.add_context_length(shape.context_length)
     writer.add_embedding_length(shape.n_embd)
     writer.add_block_count(shape.n_layer)
     writer.add_feed_forward_length(shape.n_ff)
     writer.add_head_count(shape.n_head)
     writer.add_head_count_kv(shape.n_head)
+    writer.add_layer_norm_rms_eps(shape.rms_eps)
     writer.add_rope_dimension_count(shape.head_dim)
-    writer.add_layer_norm_rms_eps(RMS_NORM_EPS)
+    if shape.rope_base is not None:
+        writer.add_rope_freq_base(shape.rope_base)
+    writer.add_vocab_size(shape.n_vocab)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if f16 else gguf.LlamaFileType.ALL_F32)
     writer.add_tokenizer_model("llama")
     writer.add_token_list(vocab.tokens)
     writer.add_token_scores(vocab.scores)
     writer.add_token_types(vocab.types)
-    writer.add_bos_token_id(BOS_ID)
-    writer.add_eos_token_id(EOS_ID)
-    writer.add_unk_token_id(UNK_ID)
+    writer.add_bos_token_id(vocab.bos_id)
+    writer.add_eos_token_id(vocab.eos_id)
+    if vocab.eot_id is not None:
+        writer.add_eot_token_id(vocab.eot_id)
+    writer.add_unk_token_id(vocab.unk_id)
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
     writer.add_add_space_prefix(False)
-
-
-def _write_gguf(
-    path: str | os.PathLike[str],
-    shape: _Shape,
-    name: str,
-    tensors: dict[str, np.ndarray],
-    f16: bool,
-) -> pathlib.Path:
-    """Write ``tensors`` (PyTorch layout, float32) as a llama GGUF; 2-D ones become F16 if asked."""
-    out = pathlib.Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    writer = gguf.GGUFWriter(out, "llama")
-    _add_metadata(writer, shape, _build_vocab(shape.n_vocab), name, f16)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
     for tensor_name, data in tensors.items():
         matrix = data.ndim == 2
         writer.add_tensor(tensor_name, data.astype(np.float16 if f16 and matrix else np.float32))
@@ -294,10 +317,11 @@ def _write_gguf(
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+    os.replace(tmp, out)
     return out
 
 
-def _layer_tensor_shapes(shape: _Shape) -> dict[str, tuple[int, ...]]:
+def _layer_tensor_shapes(shape: LlamaShape) -> dict[str, tuple[int, ...]]:
     """Per-layer tensor names (without the ``blk.N.`` prefix) and their PyTorch shapes."""
     d, f = shape.n_embd, shape.n_ff
     return {
@@ -318,10 +342,10 @@ def _layer_tensor_shapes(shape: _Shape) -> dict[str, tuple[int, ...]]:
 # --------------------------------------------------------------------------------------------------
 
 
-def _successor_shape(context_length: int, n_layer: int) -> _Shape:
+def _successor_shape(context_length: int, n_layer: int) -> LlamaShape:
     """Smallest convenient shape: one embedding dimension per token, 64-wide heads."""
     n_embd = math.ceil(SUCCESSOR_VOCAB_SIZE / SUCCESSOR_HEAD_DIM) * SUCCESSOR_HEAD_DIM
-    return _Shape(
+    return LlamaShape(
         n_vocab=SUCCESSOR_VOCAB_SIZE,
         n_embd=n_embd,
         n_layer=n_layer,
@@ -331,7 +355,7 @@ def _successor_shape(context_length: int, n_layer: int) -> _Shape:
     )
 
 
-def _successor_output(shape: _Shape, logit_gap: float) -> np.ndarray:
+def _successor_output(shape: LlamaShape, logit_gap: float) -> np.ndarray:
     """Output matrix mapping the normed one-hot ``e_i`` to logit ``logit_gap`` at ``successor_of(i)``.
 
     RMSNorm turns the one-hot embedding ``e_i`` into ``e_i / sqrt(1/n_embd + eps)``, so column ``i``
@@ -344,7 +368,7 @@ def _successor_output(shape: _Shape, logit_gap: float) -> np.ndarray:
     return weight
 
 
-def _successor_tensors(shape: _Shape, logit_gap: float) -> dict[str, np.ndarray]:
+def _successor_tensors(shape: LlamaShape, logit_gap: float) -> dict[str, np.ndarray]:
     """All tensors: one-hot embeddings, unit norms, zero layers, the successor output matrix."""
     tensors: dict[str, np.ndarray] = {
         "token_embd.weight": np.eye(shape.n_vocab, shape.n_embd, dtype=np.float32),
@@ -374,7 +398,8 @@ def write_successor_model(
     """
     shape = _successor_shape(context_length, n_layer)
     _validate(shape)
-    return _write_gguf(path, shape, SUCCESSOR_NAME, _successor_tensors(shape, logit_gap), f16)
+    return write_llama_gguf(path, shape, _build_vocab(shape.n_vocab), _successor_tensors(shape, logit_gap),
+                            name=SUCCESSOR_NAME, f16=f16)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -382,7 +407,7 @@ def write_successor_model(
 # --------------------------------------------------------------------------------------------------
 
 
-def _random_tensors(shape: _Shape, seed: int) -> dict[str, np.ndarray]:
+def _random_tensors(shape: LlamaShape, seed: int) -> dict[str, np.ndarray]:
     """Seeded weights, scaled GPT-2 style so activations stay of order one.
 
     Inputs to each matrix are RMS-normed (order one per component), so a std of ``1/sqrt(fan_in)``
@@ -435,7 +460,7 @@ def write_random_model(
     notes, built in a few seconds. The vocabulary is the successor model's, padded with ``<t{i}>``
     tokens to ``n_vocab``. The same arguments always produce the same file.
     """
-    shape = _Shape(
+    shape = LlamaShape(
         n_vocab=n_vocab,
         n_embd=n_embd,
         n_layer=n_layer,
@@ -444,8 +469,8 @@ def write_random_model(
         context_length=context_length,
     )
     _validate(shape)
-    _build_vocab(n_vocab)  # fail fast on a too-small vocabulary, before drawing weights
-    return _write_gguf(path, shape, RANDOM_NAME, _random_tensors(shape, seed), f16)
+    vocab = _build_vocab(n_vocab)  # fails fast on a too-small vocabulary, before drawing weights
+    return write_llama_gguf(path, shape, vocab, _random_tensors(shape, seed), name=RANDOM_NAME, f16=f16)
 
 
 def write_test_models(directory: str | os.PathLike[str], *, random: bool = True) -> dict[str, pathlib.Path]:
