@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import pathlib
-import sys
 from collections.abc import Iterator
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from wasinn_host import ModelRegistry, WasiNN  # noqa: E402
-from wasinn_host.testmodels import write_successor_model  # noqa: E402
-
-GUESTS = ROOT / "guest_examples"
+from wasinn_host import ModelRegistry, WasiNN
+from wasinn_host.testing.gguf_models import write_successor_model
 
 
 @pytest.fixture(scope="session")

@@ -8,10 +8,10 @@ import tempfile
 import pytest
 import wasmtime
 
-from abi_guest import AbiGuest, abi_guest_wat
+from wasinn_host.testing.abi_guest import AbiGuest, abi_guest_wat
 from wasinn_host import Errno, WasiNN
-from wasinn_host.llama_backend import LLAMA_BUILD_NUMBER, LLAMA_COMMIT
-from wasinn_host.testmodels import successor_text
+from wasinn_host.core.llama import LLAMA_BUILD_NUMBER, LLAMA_COMMIT
+from wasinn_host.testing.gguf_models import successor_text
 
 ALPHABET = "bcdefghijklmnopqrstuvwxyz"
 

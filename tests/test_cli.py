@@ -11,9 +11,11 @@ import time
 
 import wasmtime
 
-from conftest import GUESTS, ROOT
 from wasinn_host import __version__
-from wasinn_host.testmodels import successor_text
+from wasinn_host.testing.gguf_models import successor_text
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+GUESTS = ROOT / "guest_examples"
 
 
 def wasinn(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 import pytest
 import wasmtime
 
-from abi_guest import AbiGuest, streaming_guest_wat
+from wasinn_host.testing.abi_guest import AbiGuest, streaming_guest_wat
 from wasinn_host import Errno, Limits, ModelRegistry, WasiNN
-from wasinn_host.config import ModelParams
-from wasinn_host.testmodels import successor_text
+from wasinn_host.core.params import ModelParams
+from wasinn_host.testing.gguf_models import successor_text
 
 PROMPTS = ["a", "hello", "m", "Q", "xy", "tuv", "C", "k"]
 
@@ -62,7 +62,7 @@ def serial_worker(registry: ModelRegistry):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def own_registry(successor_path: pathlib.Path) -> Iterator[ModelRegistry]:
-    reg = ModelRegistry([f"succ:GGML:AUTO:{successor_path}"], max_queue=64)
+    reg = ModelRegistry([f"succ:GGML:AUTO:{successor_path}"])
     yield reg
     reg.close()
 
@@ -126,8 +126,7 @@ def test_guest_that_traps_mid_stream_frees_its_sequence(nn: WasiNN) -> None:
 
 
 def test_full_queue_answers_busy(own_registry: ModelRegistry) -> None:
-    own_registry.max_queue = 1
-    nn = WasiNN(registry=own_registry)
+    nn = WasiNN(registry=own_registry, limits=Limits(max_queue=1))
     config = '{"ctx-size": 4096, "n-parallel": 1}'
     results: dict[str, int] = {}
 
@@ -154,7 +153,7 @@ def test_full_queue_answers_busy(own_registry: ModelRegistry) -> None:
 
 
 def test_priority_orders_the_queue(own_registry: ModelRegistry) -> None:
-    nn = WasiNN(registry=own_registry)
+    nn = WasiNN(registry=own_registry, limits=Limits(max_queue=64))
     config = '{"ctx-size": 4096, "n-parallel": 1}'
     finished: list[str] = []
 
@@ -180,7 +179,7 @@ def test_priority_orders_the_queue(own_registry: ModelRegistry) -> None:
 
 
 def test_queue_timeout_answers_busy(own_registry: ModelRegistry) -> None:
-    nn = WasiNN(registry=own_registry)
+    nn = WasiNN(registry=own_registry, limits=Limits(max_queue=64))
     config = '{"ctx-size": 4096, "n-parallel": 1}'
     blocker_guest = AbiGuest.create(nn)
     blocker = threading.Thread(target=blocker_guest.generate,

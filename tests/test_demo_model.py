@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import pathlib
-import sys
 
 import pytest
 
-from conftest import GUESTS, ROOT
 from wasinn_host import ModelRegistry, RunOptions, WasiNN
 from wasinn_host.models import DEMO_MODEL_PATH
+from wasinn_host.testing.demo_data import make_problems
 
-sys.path.insert(0, str(ROOT / "scripts"))
-from eval_demo_model import make_problems  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+GUESTS = ROOT / "guest_examples"
 
 N_PROBLEMS = 300
 TARGET = 0.97

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import pathlib
+
 import re
 import subprocess
 import sys
 
-from conftest import ROOT
 from wasinn_host.cli import build_parser
-from wasinn_host.config import KEYS
+from wasinn_host.core.config import KEYS
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 README = (ROOT / "README.md").read_text()
 
@@ -32,7 +35,7 @@ def test_every_run_option_is_documented() -> None:
 
 
 def test_embedding_example_runs() -> None:
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "embed_example.py")], capture_output=True,
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "examples" / "embed_example.py")], capture_output=True,
                             text=True, timeout=300, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert "answer: 42<|im_end|>" in result.stdout

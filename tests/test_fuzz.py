@@ -1,7 +1,7 @@
 """Stateful ABI fuzzing: random call sequences over all 12 imports through a real wasm instance.
 
-The state machine and the properties it checks live in ``fuzz_machine.py`` (shared with
-``scripts/fuzz_abi.py``, which runs it for longer).  This CI run is derandomized (the same call
+The state machine and the properties it checks live in ``wasinn_host/testing/fuzz_machine.py`` (shared with
+``scripts/tools/fuzz_abi.py``, which runs it for longer).  This CI run is derandomized (the same call
 sequences every time) and sized for about a minute on a 2-core machine.
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from abi_guest import AbiGuest
-from fuzz_machine import SIGNATURES, FuzzEnv, make_env, run_fuzz
+from wasinn_host.testing.abi_guest import AbiGuest
+from wasinn_host.testing.fuzz_machine import SIGNATURES, FuzzEnv, make_env, run_fuzz
 from wasinn_host import ModelRegistry, WasiNN
 
 EXAMPLES = 200
@@ -79,8 +79,7 @@ def test_load_of_gguf_with_duplicate_token_is_refused_and_the_host_survives(succ
 
     code = f"""
 import struct, sys
-sys.path[:0] = {[str(pathlib.Path(__file__).parent), str(pathlib.Path(__file__).parent.parent)]!r}
-from abi_guest import AbiGuest
+from wasinn_host.testing.abi_guest import AbiGuest
 from wasinn_host import ModelRegistry, WasiNN
 model = bytearray(open({str(successor_path)!r}, "rb").read())
 one = struct.pack("<Q", 1)

@@ -11,9 +11,9 @@ import re
 
 import pytest
 
-from abi_guest import AbiGuest
+from wasinn_host.testing.abi_guest import AbiGuest
 from wasinn_host import Errno, WasiNN
-from wasinn_host.testmodels import char_token_id, successor_text
+from wasinn_host.testing.gguf_models import char_token_id, successor_text
 
 ALPHABET = "bcdefghijklmnopqrstuvwxyz"
 

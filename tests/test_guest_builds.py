@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BUILD_SCRIPT = ROOT / "scripts" / "build_guests.py"
+BUILD_SCRIPT = ROOT / "scripts" / "tools" / "build_guests.py"
 
 
 def test_committed_guest_wasm_matches_sources() -> None:
@@ -21,6 +21,6 @@ def test_committed_guest_wasm_matches_sources() -> None:
         check=False,
     )
     assert proc.returncode == 0, (
-        "guest_examples/*.wasm are stale; run `python scripts/build_guests.py`\n"
+        "guest_examples/*.wasm are stale; run `python scripts/tools/build_guests.py`\n"
         f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     )

@@ -6,9 +6,11 @@ import pathlib
 
 import pytest
 
-from conftest import GUESTS
 from wasinn_host import RunOptions, WasiNN
-from wasinn_host.testmodels import successor_text
+from wasinn_host.testing.gguf_models import successor_text
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+GUESTS = ROOT / "guest_examples"
 
 
 def run_guest(nn: WasiNN, tmp_path: pathlib.Path, name: str, args: list[str], *,

@@ -13,9 +13,9 @@ import time
 import pytest
 import wasmtime
 
-from abi_guest import AbiGuest, streaming_guest_wat
+from wasinn_host.testing.abi_guest import AbiGuest, streaming_guest_wat
 from wasinn_host import Errno, GuestError, Limits, ModelRegistry, WasiNN
-from wasinn_host.testmodels import successor_text
+from wasinn_host.testing.gguf_models import successor_text
 
 
 def one_line(caplog: pytest.LogCaptureFixture, *needles: str) -> str:
@@ -87,7 +87,7 @@ def test_allow_list_per_store(registry: ModelRegistry) -> None:
     engine = nn.engine
     linker = wasmtime.Linker(engine)
     nn.add_to_linker(linker)
-    from abi_guest import abi_guest_wat
+    from wasinn_host.testing.abi_guest import abi_guest_wat
 
     module = wasmtime.Module(engine, wasmtime.wat2wasm(abi_guest_wat()))
     store = wasmtime.Store(engine)
@@ -115,12 +115,12 @@ def test_size_limits(registry: ModelRegistry, caplog: pytest.LogCaptureFixture) 
 
 
 def test_kv_memory_limit(successor_path: pathlib.Path) -> None:
-    registry = ModelRegistry([f"succ:GGML:AUTO:{successor_path}"], max_kv_bytes=8 << 20)
-    guest = AbiGuest.create(WasiNN(registry=registry))
+    registry = ModelRegistry([f"succ:GGML:AUTO:{successor_path}"])
+    guest = AbiGuest.create(WasiNN(registry=registry, limits=Limits(max_kv_bytes=8 << 20)))
     assert guest.load_by_name("succ", '{"ctx-size": 512, "n-parallel": 2}')[0] == 0  # 1.5 MiB
     rc, _ = guest.load_by_name("succ", '{"ctx-size": 8192, "n-parallel": 4}')
     assert rc == 0, "cached by name: the config is ignored"
-    other = AbiGuest.create(WasiNN(registry=registry))
+    other = AbiGuest.create(WasiNN(registry=registry, limits=Limits(max_kv_bytes=8 << 20)))
     assert other.load_by_name("succ", '{"ctx-size": 8192, "n-parallel": 4}')[0] == Errno.TOO_LARGE
     registry.close()
 
@@ -213,8 +213,8 @@ def test_unused_model_instances_do_not_pile_up(successor_path: pathlib.Path) -> 
         nn.detach(guest.store)
     assert len(registry.loaded()) == 2
     # an unused instance also gives way when a new one needs its KV budget
-    tight = ModelRegistry([f"succ:GGML:AUTO:{successor_path}"], max_kv_bytes=10 << 20)
-    nn = WasiNN(registry=tight)
+    tight = ModelRegistry([f"succ:GGML:AUTO:{successor_path}"])
+    nn = WasiNN(registry=tight, limits=Limits(max_kv_bytes=10 << 20))
     for ctx_size in (1024, 1280):  # 6 and 7.5 MiB of KV cache (4 sequences): not both at once
         guest = AbiGuest.create(nn)
         assert guest.load_by_name("succ", json.dumps({"ctx-size": ctx_size}))[0] == 0

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from wasinn_host.testmodels import (
+from wasinn_host.testing.gguf_models import (
     BOS_ID,
     EOS_ID,
     SUCCESSOR_VOCAB_SIZE,

@@ -15,15 +15,13 @@ import sys
 from typing import Sequence
 
 from . import __version__
-from .errors import WasiNNError
+from .core.errors import WasiNNError
+from .core.limits import Limits
+from .core.preload import Preload, PreloadError, parse_preload
 from .host import GuestError, RunOptions, WasiNN
-from .limits import Limits
-from .log_setup import configure_logging
 from .models import DEMO_MODEL_PATH
-from .preload import Preload
-from .registry import ModelRegistry
+from .observability.log_setup import configure_logging
 from .runner import InstanceResult, run_instances
-from .preload import PreloadError, parse_preload
 
 EXIT_USAGE = 2
 EXIT_TRAP = 134  # as wasmtime's CLI: 128 + SIGABRT
@@ -92,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--log-file", metavar="PATH", help="write the host log to PATH instead of stderr")
     run.add_argument("--log-format", default="text", choices=["text", "json"],
                      help="text lines, or JSON lines with timestamp, level, event, graph, context and message")
+    run.add_argument("--nn-legacy-output", action="store_true",
+                     help="copy the whole output into a zero-length get_output buffer, as WasmEdge <= 0.16.3 "
+                          "did (LlamaEdge's apps need it); never past the end of guest memory")
     run.add_argument("--nn-allow", action="append", metavar="NAME",
                      help="only these preloaded names may be loaded by the guest (repeatable; default: all)")
     run.add_argument("--instances", type=_positive, default=1, metavar="N",
@@ -165,10 +166,8 @@ def run_command(ns: argparse.Namespace) -> int:
             return _fail(f"--nn-preload {preload.name}: model file {str(preload.path)!r} does not exist")
     if not preloads and DEMO_MODEL_PATH.is_file():
         preloads = [Preload("default", DEMO_MODEL_PATH)]  # the embedded demo model
-    limits = _limits(ns)
-    registry = ModelRegistry(max_queue=limits.max_queue, max_kv_bytes=limits.max_kv_bytes)
-    nn = WasiNN(preload=preloads, registry=registry, limits=limits,
-                allowed_models=ns.nn_allow, interruptible=True)
+    nn = WasiNN(preload=preloads, limits=_limits(ns), allowed_models=ns.nn_allow, interruptible=True,
+                legacy_output=ns.nn_legacy_output)
     signal.signal(signal.SIGHUP, lambda *_: _reload(nn))
     try:
         if ns.metrics_port:

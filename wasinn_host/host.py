@@ -22,13 +22,13 @@ from typing import Any, Iterable, Mapping, Sequence, Union
 
 import wasmtime
 
-from .abi import WasiNNImports
-from .limits import Limits
-from .metrics import serve_metrics
-from .preload import Preload
-from .registry import LoadedModel, ModelRegistry, default_registry
+from .backend.local import LocalBackend
+from .core.limits import Limits
+from .core.preload import Preload
+from .core.registry import LoadedModel, ModelRegistry
+from .ephemeral.imports import WasiNNImports
+from .observability.metrics import serve_metrics
 from .session import Session
-from .status import backend_status
 
 ModuleSource = Union[str, os.PathLike, bytes, wasmtime.Module]
 
@@ -61,7 +61,10 @@ class WasiNN:
     ``preload`` takes ``NAME:ENCODING:TARGET:PATH`` strings or :class:`Preload` records;
     the models load lazily, on a guest's first ``load_by_name``.  Instances share the
     process-wide registry unless given their own, so a model is in memory once however
-    many Stores use it.
+    many Stores use it.  Every field of ``limits`` applies to this instance's guests.
+    ``backend`` replaces the local registry and engine (for example with
+    :func:`~wasinn_host.backend.fake.fake_backend` in tests); ``legacy_output`` lets a
+    zero-length ``get_output`` buffer receive the whole output, as WasmEdge <= 0.16.3 did.
     """
 
     def __init__(
@@ -73,12 +76,19 @@ class WasiNN:
         allowed_models: Iterable[str] | None = None,
         engine: wasmtime.Engine | None = None,
         interruptible: bool = False,
+        backend: LocalBackend | None = None,
+        legacy_output: bool = False,
     ) -> None:
-        self.registry = registry if registry is not None else default_registry()
+        self.limits = limits or (backend.limits if backend is not None else Limits())
+        if backend is None:
+            backend = LocalBackend(registry, self.limits)
+        elif limits is not None:
+            backend.limits = limits
+        self.backend = backend
+        self.registry = backend.registry
         for spec in preload:
             self.registry.add_preload(spec)
-        self.limits = limits or Limits()
-        self.imports = WasiNNImports(self.registry, self.limits, allowed_models)
+        self.imports = WasiNNImports(self.backend, self.limits, allowed_models, legacy_output)
         self.interruptible = interruptible
         if engine is None:
             config = wasmtime.Config()
@@ -103,22 +113,24 @@ class WasiNN:
 
     def session(self, name: str, config: Mapping[str, Any] | str | bytes | None = None) -> Session:
         """An execution context on a preloaded ``name`` for use from Python (see :class:`Session`)."""
-        return Session(self.registry, name, config)
+        return Session(self.backend, name, config)
 
     def swap_model(self, name: str, path: str | os.PathLike[str] | None = None) -> None:
         """Hot swap: new ``load_by_name(name)`` calls get the model at ``path`` (or the file re-read);
         contexts running on the old model finish there, and it is freed after its last one."""
-        self.registry.swap(name, path)
+        self.backend.swap_model(name, path)
 
     def status(self) -> dict[str, Any]:
         """Queue, memory, sessions, performance and model information (JSON-ready)."""
-        return backend_status(self.imports)
+        status = self.backend.status()
+        status["sessions"] = self.imports.sessions_status()
+        return status
 
     get_backend_status = status
 
     def serve_metrics(self, port: int, address: str = "127.0.0.1") -> None:
         """Serve Prometheus metrics on ``address:port`` (needs ``prometheus-client``)."""
-        serve_metrics(self.imports, port, address)
+        serve_metrics(self.status, port, address)
 
     def models(self) -> list[LoadedModel]:
         """The models loaded in this process."""

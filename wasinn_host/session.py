@@ -1,4 +1,4 @@
-"""Inference from Python without a guest: the same graphs, contexts and worker guests use.
+"""Inference from Python without a guest, through the same backend protocol guests use.
 
 >>> with WasiNN(preload=["default:GGML:AUTO:model.gguf"]).session("default", {"n-predict": 16}) as s:
 ...     print(s.complete("Once upon a time"))
@@ -8,76 +8,70 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Iterator, Mapping
 
 import orjson
 
-from .config import EMPTY_CONFIG, parse_config
-from .errors import Errno, WasiNNError
-from .execution import ExecutionContext, open_graph
-from .registry import ModelRegistry
+from .backend.protocol import Backend
+from .core.config import EMPTY_CONFIG, ParsedConfig, parse_config
+from .core.errors import ErrorKind, WasiNNError
+from .core.generation import StopReason
 
 
-def _config_bytes(config: Mapping[str, Any] | str | bytes | None) -> bytes:
+def _parsed(config: Mapping[str, Any] | str | bytes | None) -> ParsedConfig:
     if config is None:
-        return b""
+        return EMPTY_CONFIG
     if isinstance(config, (str, bytes)):
-        return config.encode() if isinstance(config, str) else config
-    return orjson.dumps(dict(config))
+        return parse_config(config)
+    return parse_config(orjson.dumps(dict(config)))
 
 
 class Session:
-    """One execution context on a preloaded model name."""
+    """One execution context on a preloaded model name, on any backend (local or remote)."""
 
-    def __init__(self, registry: ModelRegistry, name: str,
-                 config: Mapping[str, Any] | str | bytes | None = None) -> None:
-        text = _config_bytes(config)
-        parsed = parse_config(text) if text else EMPTY_CONFIG
-        self._registry = registry
-        self._graph = open_graph(registry, functools.partial(registry.acquire_named, name), parsed, name)
+    def __init__(self, backend: Backend, name: str, config: Mapping[str, Any] | str | bytes | None = None) -> None:
+        self._graph = backend.load_by_name(name, _parsed(config))
         try:
-            self._context = ExecutionContext(self._graph, registry)
-        finally:
-            registry.release(self._graph.model)  # the context holds its own reference
+            self._context = self._graph.open_context()
+        except BaseException:
+            self._graph.close()
+            raise
 
     def configure(self, config: Mapping[str, Any] | str | bytes) -> None:
-        """Change this session's sampling and stop rules (like a metadata ``set_input``)."""
-        self._context.set_input(1, _config_bytes(config))
+        """Change this session's sampling and stop rules (per-context keys)."""
+        self._context.configure(_parsed(config))
 
     def complete(self, prompt: str | bytes) -> str:
         """Generate the whole answer (the end-of-generation piece included, as guests see it)."""
-        self._context.set_input(0, prompt.encode() if isinstance(prompt, str) else prompt)
-        errno = self._context.compute()
-        if errno not in (Errno.SUCCESS, Errno.CONTEXT_FULL):
-            raise WasiNNError(errno, "compute failed")
-        return self._context.get_output(0).decode("utf-8", "replace")
+        self._context.set_prompt(prompt.encode() if isinstance(prompt, str) else prompt)
+        self._context.generate()
+        return self._context.output.decode("utf-8", "replace")
 
     def stream(self, prompt: str | bytes, max_tokens: int | None = None) -> Iterator[bytes]:
         """Yield each generated token's bytes (a piece may end inside a UTF-8 character)."""
-        self._context.set_input(0, prompt.encode() if isinstance(prompt, str) else prompt)
+        self._context.set_prompt(prompt.encode() if isinstance(prompt, str) else prompt)
         produced = 0
         try:
             while max_tokens is None or produced < max_tokens:
-                errno = self._context.compute_single()
-                if errno == Errno.END_OF_SEQUENCE:
+                result = self._context.stream_step()
+                if result.stop_reason is StopReason.EOS:
                     return
-                if errno != Errno.SUCCESS:
-                    raise WasiNNError(errno, "compute_single failed")
+                if result.stop_reason is StopReason.CONTEXT_FULL:
+                    raise WasiNNError(ErrorKind.CONTEXT_FULL, "the context is full (ctx-size reached)")
                 produced += 1
-                yield self._context.get_output_single(0)
+                yield self._context.last_piece
         finally:
-            self._context.fini_single()
+            self._context.end_stream()
 
     @property
     def metadata(self) -> dict[str, Any]:
-        """The output metadata of the last computation (as ``get_output`` index 1)."""
-        result: dict[str, Any] = orjson.loads(self._context.metadata_json())
-        return result
+        """Usage of the last computation (token counts, timings, stop reason ...)."""
+        return self._context.metadata()
 
     def close(self) -> None:
-        """Free the execution context."""
+        """Free the execution context and the graph."""
         self._context.close()
+        self._graph.close()
 
     def __enter__(self) -> "Session":
         return self

@@ -1,0 +1,171 @@
+"""Benchmark: one model driven through a wasm guest and directly with llama-cpp-python.
+
+In one run, on the same GGUF model, prompt, greedy sampling, thread count and number of
+generated tokens, it measures
+
+* **native**: llama-cpp-python's low-level API in a plain decode loop (the reference);
+* **host**: ``guest_examples/complete.wasm`` run through :class:`wasinn_host.WasiNN`
+  (model already loaded; each run includes instantiating the guest);
+
+and prints tokens/s of each and their ratio (target >= 0.97).  It also measures the
+per-call cost of a cheap import, a 64-byte ``get_output`` called in a loop from wasm
+(target <= 10 us).
+
+Usage: ``python scripts/benchmarks/bench_host.py [--model M.gguf] [--tokens 256] [--threads 2] [--runs 3]``
+(without ``--model`` a random 12-layer F16 model is generated in a temp dir).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import llama_cpp
+import wasmtime
+
+ROOT = Path(__file__).resolve().parents[2]
+
+from wasinn_host import ModelRegistry, RunOptions, WasiNN
+from wasinn_host.testing.gguf_models import write_random_model, write_successor_model
+
+PROMPT = "The quick brown fox jumps over the lazy dog. " * 2
+
+
+def native_tokens_per_s(model_path: Path, n_tokens: int, threads: int, n_ctx: int) -> float:
+    """Greedy generation of ``n_tokens`` after PROMPT with a raw llama_decode loop."""
+    llama_cpp.llama_backend_init()
+    mparams = llama_cpp.llama_model_default_params()
+    model = llama_cpp.llama_model_load_from_file(str(model_path).encode(), mparams)
+    vocab = llama_cpp.llama_model_get_vocab(model)
+    cparams = llama_cpp.llama_context_default_params()
+    cparams.n_ctx, cparams.n_batch, cparams.n_threads, cparams.n_threads_batch = n_ctx, 512, threads, threads
+    ctx = llama_cpp.llama_init_from_model(model, cparams)
+    sampler = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+    llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_greedy())
+    text = PROMPT.encode()
+    buf = (llama_cpp.llama_token * (len(text) + 8))()
+    n_prompt = llama_cpp.llama_tokenize(vocab, text, len(text), buf, len(buf), True, True)
+    batch = llama_cpp.llama_batch_init(512, 0, 1)
+    piece = ctypes.create_string_buffer(64)
+    memory = llama_cpp.llama_get_memory(ctx)
+
+    def decode(tokens: list[int], start: int) -> None:
+        batch.n_tokens = len(tokens)
+        for i, tok in enumerate(tokens):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, start + i, 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = i == len(tokens) - 1
+        assert llama_cpp.llama_decode(ctx, batch) == 0
+
+    started = time.perf_counter()
+    llama_cpp.llama_memory_clear(memory, True)
+    decode(list(buf[:n_prompt]), 0)
+    pos = n_prompt
+    out = bytearray()
+    for _ in range(n_tokens):
+        tok = llama_cpp.llama_sampler_sample(sampler, ctx, -1)
+        n = llama_cpp.llama_token_to_piece(vocab, tok, piece, 64, 0, True)
+        out += piece.raw[:n]
+        decode([tok], pos)
+        pos += 1
+    elapsed = time.perf_counter() - started
+    llama_cpp.llama_sampler_free(sampler)
+    llama_cpp.llama_free(ctx)
+    llama_cpp.llama_model_free(model)
+    return n_tokens / elapsed
+
+
+def host_tokens_per_s(nn: WasiNN, n_tokens: int, threads: int, n_ctx: int, workdir: Path) -> float:
+    config = {"n-predict": n_tokens, "temp": 0, "ignore-eos": True, "threads": threads,
+              "ctx-size": n_ctx, "n-parallel": 1, "batch-size": 512}
+    options = RunOptions(env={"WASINN_CONFIG": json.dumps(config)}, stdout=str(workdir / "out.txt"),
+                         stderr=str(workdir / "err.txt"))
+    started = time.perf_counter()
+    code = nn.run(ROOT / "guest_examples" / "complete.wasm", ["bench", PROMPT], options)
+    elapsed = time.perf_counter() - started
+    if code != 0:
+        raise SystemExit(f"guest failed: {(workdir / 'err.txt').read_text()}")
+    return n_tokens / elapsed
+
+
+GET_OUTPUT_LOOP_WAT = """
+(module
+  (import "wasi_ephemeral_nn" "get_output" (func $get_output (param i32 i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func (export "loop") (param $ctx i32) (param $n i32) (result i32)
+    (local $rc i32)
+    (block $done (loop $again
+      (local.set $rc (call $get_output (local.get $ctx) (i32.const 0) (i32.const 1024) (i32.const 64) (i32.const 16)))
+      (br_if $done (i32.ne (local.get $rc) (i32.const 0)))
+      (local.set $n (i32.sub (local.get $n) (i32.const 1)))
+      (br_if $again (i32.gt_s (local.get $n) (i32.const 0)))))
+    (local.get $rc)))
+"""
+
+
+def get_output_cost_us(nn: WasiNN, calls: int) -> float:
+    """Microseconds per 64-byte get_output called from a wasm loop."""
+    from wasinn_host.execution import ExecutionContext, Graph  # a context with 64 bytes of output
+    from wasinn_host.core.config import ContextParams, ModelParams
+
+    linker = wasmtime.Linker(nn.engine)
+    nn.add_to_linker(linker)
+    store = wasmtime.Store(nn.engine)
+    state = nn.imports.attach(store)
+    model = nn.registry.acquire_named("succ", ModelParams())
+    context = ExecutionContext(Graph(model, ContextParams(), "succ"), nn.registry)
+    context.output = bytearray(b"x" * 64)
+    state.contexts[0] = context
+    instance = linker.instantiate(store, wasmtime.Module(nn.engine, wasmtime.wat2wasm(GET_OUTPUT_LOOP_WAT)))
+    loop = instance.exports(store)["loop"]
+    loop(store, 0, 1000)
+    started = time.perf_counter()
+    rc = loop(store, 0, calls)
+    elapsed = time.perf_counter() - started
+    assert rc == 0
+    nn.detach(store)
+    nn.registry.release(model)
+    return elapsed / calls * 1e6
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, help="GGUF model (default: a generated random 12-layer F16 model)")
+    parser.add_argument("--tokens", type=int, default=256, help="tokens generated per run (default 256)")
+    parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads for both (default 2)")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs of each; the median is reported (default 3)")
+    parser.add_argument("--calls", type=int, default=200_000, help="get_output calls timed (default 200000)")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        model = args.model or write_random_model(workdir / "random.gguf")
+        successor = write_successor_model(workdir / "successor.gguf")
+        n_ctx = 512 + 64
+        nn = WasiNN(preload=[f"bench:GGML:AUTO:{model}", f"succ:GGML:AUTO:{successor}"], registry=ModelRegistry())
+        host_tokens_per_s(nn, 8, args.threads, n_ctx, workdir)  # load the model, warm up
+        native_tokens_per_s(model, 8, args.threads, n_ctx)
+        native, host = [], []
+        for _ in range(args.runs):  # interleaved, so drift affects both alike
+            native.append(native_tokens_per_s(model, args.tokens, args.threads, n_ctx))
+            host.append(host_tokens_per_s(nn, args.tokens, args.threads, n_ctx, workdir))
+        cost = get_output_cost_us(nn, args.calls)
+        nn.registry.close()
+    n, h = statistics.median(native), statistics.median(host)
+    print(f"model: {model.name if args.model else 'random 12-layer F16 (generated)'}; "
+          f"{args.tokens} tokens, greedy, {args.threads} threads, median of {args.runs}")
+    print(f"native llama-cpp-python decode loop : {n:8.1f} tokens/s  (runs: {', '.join(f'{x:.1f}' for x in native)})")
+    print(f"guest through wasinn-host          : {h:8.1f} tokens/s  (runs: {', '.join(f'{x:.1f}' for x in host)})")
+    print(f"ratio host/native                  : {h / n:8.3f}  (target >= 0.97)")
+    print(f"get_output (64 bytes) per call     : {cost:8.2f} us  (target <= 10)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

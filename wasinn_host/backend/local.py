@@ -1,0 +1,75 @@
+"""The local backend: this process's model registry and engine behind the backend protocol."""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+from ..core.config import ParsedConfig
+from ..core.context import Graph, InferenceContext, open_graph
+from ..core.limits import Limits
+from ..core.registry import ModelRegistry, default_registry
+from ..observability.status import model_status
+
+
+class LocalGraph:
+    """A :class:`~wasinn_host.core.context.Graph` as the backend protocol hands it out."""
+
+    def __init__(self, graph: Graph, registry: ModelRegistry, limits: Limits) -> None:
+        self.graph = graph
+        self.name = graph.name
+        self._registry = registry
+        self._limits = limits
+
+    @property
+    def stale(self) -> bool:
+        """Replaced by a hot swap."""
+        return self.graph.stale
+
+    def open_context(self) -> InferenceContext:
+        """A new conversation on this graph's model."""
+        return InferenceContext(self.graph, self._registry, self._limits)
+
+    def close(self) -> None:
+        """Drop the graph's model reference; contexts on it fail from now on, as in WasmEdge."""
+        if not self.graph.unloaded:
+            self.graph.unloaded = True
+            self._registry.release(self.graph.model)
+
+
+class LocalBackend:
+    """Models served in this process: ``registry`` (default: the process-wide one) under ``limits``."""
+
+    def __init__(self, registry: ModelRegistry | None = None, limits: Limits | None = None) -> None:
+        self.registry = registry if registry is not None else default_registry()
+        self.limits = limits or Limits()
+
+    def load_by_name(self, name: str, config: ParsedConfig) -> LocalGraph:
+        """The preloaded model ``name`` (loaded on first use, then shared)."""
+        acquire = functools.partial(self.registry.acquire_named, name, kv_budget=self.limits.max_kv_bytes)
+        return self._graph(open_graph(self.registry, acquire, config, name))
+
+    def load_bytes(self, data: bytes, config: ParsedConfig) -> LocalGraph:
+        """A model from GGUF bytes (checked in a child process first)."""
+        acquire = functools.partial(self.registry.acquire_bytes, data, kv_budget=self.limits.max_kv_bytes)
+        return self._graph(open_graph(self.registry, acquire, config, None))
+
+    def _graph(self, graph: Graph) -> LocalGraph:
+        return LocalGraph(graph, self.registry, self.limits)
+
+    def has_name(self, name: str) -> bool:
+        """Whether ``name`` is preloaded."""
+        return self.registry.has_preload(name)
+
+    def swap_model(self, name: str, path: str | os.PathLike[str] | None = None) -> None:
+        """Hot swap: new loads of ``name`` get the model at ``path`` (or its file re-read)."""
+        self.registry.swap(name, path)
+
+    def status(self) -> dict[str, Any]:
+        """Queue, memory, performance and model sections of the status."""
+        return model_status(self.registry, self.limits)
+
+    def close(self) -> None:
+        """Free every model of the registry."""
+        self.registry.close()

@@ -1,0 +1,298 @@
+"""Graphs and inference contexts: the neutral objects every front end drives.
+
+A :class:`Graph` is a handle on a :class:`~wasinn_host.core.registry.LoadedModel` plus the
+default per-context parameters it was loaded with.  An :class:`InferenceContext` holds one
+conversation: prompt bytes in (rendered with a chat template when asked, then tokenized),
+a generation or one streaming step at a time through the model's worker, and out the text,
+tokens, embedding, usage figures and stop reason.  Failures raise
+:class:`~wasinn_host.core.errors.WasiNNError` with a neutral kind; how a front end shows
+them (an errno, a WIT error, a gRPC status) is its own business.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import orjson
+
+from ..observability.log_setup import apply_logging_keys
+from .chat_prompt import render_chat_prompt
+from .config import MODEL_KEY_NAMES, ParsedConfig
+from .embedding import normalize
+from .engine import ContextState, print_piece
+from .errors import ErrorKind, WasiNNError, invalid
+from .generation import GenerationRequest, GenerationResult, StopReason
+from .limits import Limits
+from .params import ContextParams, ModelParams
+from .registry import LoadedModel, ModelRegistry
+
+log = logging.getLogger("wasinn_host")
+
+INT32_MAX = 2**31 - 1
+PROMPT_MARGIN = 4
+"""Tokens a prompt must leave free in its sequence (WasmEdge's rule: ctx-size - 4)."""
+
+
+@dataclass(eq=False)
+class Graph:
+    """A loaded model as one caller holds it, with its per-context defaults."""
+
+    model: LoadedModel
+    defaults: ContextParams
+    name: str | None
+    unloaded: bool = False
+
+    @property
+    def stale(self) -> bool:
+        """Replaced by a hot swap: a new load by name gets the new model."""
+        return self.model.stale
+
+
+def open_graph(registry: ModelRegistry, acquire: Callable[[ModelParams], LoadedModel],
+               config: ParsedConfig, name: str | None) -> Graph:
+    """Load (or share) the model for ``config``'s load-time keys and wrap it in a Graph.
+
+    ``acquire`` is ``registry.acquire_named`` or ``acquire_bytes`` with its other arguments
+    bound; the model reference is dropped again if the config's per-context part is refused.
+    """
+    apply_logging_keys(config)  # before loading, so llama.cpp's load log is shown too
+    model = acquire(config.apply_model(ModelParams()))
+    try:
+        defaults = config.apply_context(ContextParams())
+        model.weights.check_sampling(defaults.sampling)
+        return Graph(model, defaults, name)
+    except BaseException:
+        registry.release(model)
+        raise
+
+
+class InferenceContext:
+    """One conversation on a graph's model: prompt in; text, tokens, embedding and usage out."""
+
+    def __init__(self, graph: Graph, registry: ModelRegistry, limits: Limits | None = None) -> None:
+        self.graph = graph
+        self.model = graph.model
+        self._registry = registry
+        self.limits = limits or Limits()
+        registry.retain(self.model)
+        self.busy = False
+        self.last_used = time.monotonic()
+        self.params = graph.defaults
+        self.state = ContextState()
+        self.prompt_tokens: list[int] | None = None
+        self.output = bytearray()
+        self.output_tokens: list[int] = []
+        self.last_piece = b""
+        self.embedding: list[float] | None = None
+        self.streaming = False
+        self.closed = False
+        self.last_result: GenerationResult | None = None
+        self.revision = 0
+        """Bumped on every change a caller can observe in :meth:`metadata` or the output."""
+
+    # -- input ---------------------------------------------------------------------
+
+    def configure(self, config: ParsedConfig) -> None:
+        """Per-context keys change this context; load-time keys are never applied here."""
+        params = config.apply_context(self.params)
+        if params.stopping.n_predict > self.limits.max_n_predict:
+            raise self.limits.refuse(ErrorKind.INVALID_ARGUMENT, f"n-predict {params.stopping.n_predict}",
+                                     "max_n_predict", self.limits.max_n_predict)
+        if params.sampling != self.params.sampling:
+            self.model.weights.check_sampling(params.sampling)
+        self.params = params
+        self.streaming = False
+        apply_logging_keys(config)
+        self._warn_load_time_keys(config)
+
+    def _warn_load_time_keys(self, config: ParsedConfig) -> None:
+        changed = [
+            f"{MODEL_KEY_NAMES[k]}={_json(v)} (loaded with {_loaded_value(self.model, k)})"
+            for k, v in config.model.items() if getattr(self.model.params, k) != v
+        ]
+        if changed:
+            log.warning(
+                "model %s: load-time keys in per-context metadata are ignored, the model is not reloaded: %s; "
+                "pass them when loading the graph instead",
+                self.model.label, ", ".join(changed),
+            )
+
+    def set_prompt(self, data: bytes) -> None:
+        """The prompt text (or, with ``chat-template``, JSON messages); ends a stream in progress."""
+        self.streaming = False
+        if self.params.options.chat_template is not False:
+            data = render_chat_prompt(self.model.weights, self.params.options.chat_template, data)
+        self.prompt_tokens = self.model.weights.tokenize(data, add_special=True, parse_special=True)
+        self.revision += 1
+
+    def _checked_prompt(self) -> list[int]:
+        if self.graph.unloaded:
+            raise invalid("compute on a context whose graph was unloaded")
+        if self.prompt_tokens is None:
+            raise invalid("compute before set_input: no prompt has been set")
+        limit = self.model.n_ctx_seq - PROMPT_MARGIN
+        if len(self.prompt_tokens) > limit:
+            raise WasiNNError(
+                ErrorKind.PROMPT_TOO_LONG,
+                f"prompt of {len(self.prompt_tokens)} tokens exceeds ctx-size {self.model.n_ctx_seq} - "
+                f"{PROMPT_MARGIN} = {limit}",
+            )
+        return self.prompt_tokens
+
+    # -- generation ----------------------------------------------------------------
+
+    def generate(self) -> GenerationResult:
+        """The whole answer (or the embedding, for an embedding model).
+
+        A failure raises, with the output produced so far kept; a stop (end of generation,
+        ``n-predict``, a stop string, a full context ...) is the result's ``stop_reason``.
+        """
+        tokens = self._checked_prompt()
+        self.streaming = False
+        self._clear_output()
+        if self.model.params.embedding:
+            return self._generate_embedding(tokens)
+        stop = self.params.stopping
+        limit = stop.n_predict if stop.n_predict >= 0 else INT32_MAX
+        return self._run(self._request(tokens, limit=min(limit, self.limits.max_n_predict),
+                                       on_piece=print_piece if stop.stream_stdout else None))
+
+    def _generate_embedding(self, tokens: list[int]) -> GenerationResult:
+        n_batch = self.model.worker.context.n_batch
+        if len(tokens) > n_batch:
+            raise WasiNNError(ErrorKind.PROMPT_TOO_LONG,
+                              f"embedding input of {len(tokens)} tokens exceeds batch-size {n_batch}")
+        result = self._run(self._request(tokens, limit=0, embed=True))
+        self.embedding = normalize(result.embedding, self.params.options.embd_normalize)
+        return result
+
+    def stream_step(self) -> GenerationResult:
+        """Generate one token (the first step starts a stream and clears the output).
+
+        The stream ends by itself when the step's stop reason is not ``TOKEN`` (end of
+        generation or a full context).
+        """
+        prompt = self._checked_prompt()
+        first = not self.streaming
+        if first:
+            self._clear_output()
+            self.streaming = True
+        request = self._request(prompt + self.output_tokens, limit=1, streaming=True, reset_sampler=first)
+        try:
+            result = self._run(request)
+        except WasiNNError:
+            self.streaming = False
+            raise
+        if result.stop_reason is not StopReason.TOKEN:
+            self.streaming = False
+        return result
+
+    def end_stream(self) -> None:
+        """End a stream: clear the output; the next step starts from the prompt."""
+        self.streaming = False
+        self._clear_output()
+
+    def _request(self, tokens: list[int], limit: int, **kwargs: Any) -> GenerationRequest:
+        options = self.params.options
+        queue_timeout = options.queue_timeout_ms if options.queue_timeout_ms >= 0 else self.limits.queue_timeout_ms
+        return GenerationRequest(
+            tuple(tokens), limit=limit, sampling=self.params.sampling, stopping=self.params.stopping,
+            cache_prompt=options.cache_prompt, priority=options.priority, queue_timeout_ms=queue_timeout,
+            max_queue=self.limits.max_queue, ctx_shift=options.ctx_shift, n_keep=options.n_keep,
+            max_output_bytes=self.limits.max_output_bytes, **kwargs,
+        )
+
+    def _run(self, request: GenerationRequest) -> GenerationResult:
+        self.busy = True
+        try:
+            result = self.model.worker.submit(request, self.state)
+        finally:
+            self.busy = False
+            self.last_used = time.monotonic()
+        self.last_result = result
+        self.output += result.text
+        self.output_tokens += result.generated
+        if result.generated:
+            self.last_piece = self.model.weights.piece(result.generated[-1])
+        self.revision += 1
+        if result.error is not None:
+            raise result.error
+        return result
+
+    def _clear_output(self) -> None:
+        self.output = bytearray()
+        self.output_tokens = []
+        self.last_piece = b""
+        self.embedding = None
+        self.revision += 1
+
+    # -- usage ---------------------------------------------------------------------
+
+    def metadata(self) -> dict[str, Any]:
+        """Usage of the last computation, in a fixed key order.
+
+        ``input_tokens``, ``output_tokens``, ``llama_build_number``, ``llama_commit`` always;
+        after a computation also ``stop_reason``, ``prompt_ms``, ``generation_ms``,
+        ``tokens_per_second``, ``reused_tokens`` and, with ``n-probs``, ``probs``.
+        """
+        runtime = self._registry.runtime
+        meta: dict[str, Any] = {
+            "input_tokens": len(self.prompt_tokens) if self.prompt_tokens is not None else 0,
+            "output_tokens": len(self.output_tokens),
+            "llama_build_number": runtime.build_number,
+            "llama_commit": runtime.commit,
+        }
+        result = self.last_result
+        if result is None:
+            return meta
+        meta.update(
+            stop_reason=result.stop_reason.value,
+            prompt_ms=round(result.prompt_ms, 3),
+            generation_ms=round(result.generation_ms, 3),
+            tokens_per_second=round(len(result.generated) / (result.generation_ms / 1000.0), 3)
+            if result.generation_ms > 0 else 0.0,
+            reused_tokens=result.reused_tokens,
+        )
+        if result.probs:
+            piece = self.model.weights.piece
+            meta["probs"] = [
+                {"id": token, "piece": piece(token).decode("utf-8", "replace"),
+                 "top": [{"id": t, "piece": piece(t).decode("utf-8", "replace"), "p": round(p, 6)} for t, p in top]}
+                for token, top in result.probs
+            ]
+        return meta
+
+    # -- lifetime ------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        """Abort a computation in flight (it fails with a runtime error)."""
+        self.state.cancelled = True
+
+    def close(self) -> None:
+        """Free the sequence and drop the model reference (idempotent)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.model.worker.release(self.state)
+        self._registry.release(self.model)
+
+
+def _json(value: object) -> str:
+    """A value as JSON shows it (``false``, not ``False``)."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return repr(value)
+
+
+def _loaded_value(model: LoadedModel, field: str) -> str:
+    """The value a load-time key has in ``model``; a 0 that means "the default" says which."""
+    value = getattr(model.params, field)
+    if field == "ctx_size" and value == 0:
+        return f"the default ({model.n_ctx_seq})"
+    if field in ("threads", "threads_batch") and value <= 0:
+        return f"the default ({model.worker.context.threads})"
+    return _json(value)

@@ -1,0 +1,509 @@
+"""One worker thread per loaded model: slots, continuous batching, KV prefix reuse.
+
+The worker owns the inference context.  Other threads never touch it: they submit a
+:class:`~wasinn_host.core.generation.GenerationRequest` and wait for its
+:class:`~wasinn_host.core.generation.GenerationResult`.  Each loop of the worker
+
+1. **admits** waiting jobs to a slot (one sequence id of the context), highest priority
+   first, preferring the slot that already holds the longest prefix of the job's tokens,
+   and trims that slot's KV cache from the first differing token (so a repeated prompt
+   prefix is not decoded again);
+2. **plans** one batch: one token for every generating job, then prompt chunks, at most
+   ``n_batch`` tokens, in sequence-id order;
+3. **decodes** it;
+4. **samples** every job whose tokens are all decoded, and **applies its stop rules**.
+
+``compute`` is one job with ``limit = n-predict``; each streaming step is one job with
+``limit = 1`` whose tokens include the previously sampled ones.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .errors import ErrorKind, WasiNNError
+from .generation import GenerationRequest, GenerationResult, StopReason
+from .params import SamplingParams
+from .runtime import Context, Model, Sampler
+
+log = logging.getLogger("wasinn_host")
+
+
+class ContextState:
+    """The engine's state of one execution context: its sampler and its slot affinity."""
+
+    def __init__(self) -> None:
+        self.sampler: Sampler | None = None
+        self.sampler_params: SamplingParams | None = None
+        self.slot: Slot | None = None
+        self.closed = False
+        self.cancelled = False
+
+
+@dataclass
+class Slot:
+    """One sequence id of the inference context and the tokens its KV cache holds."""
+
+    seq_id: int
+    kv: list[int] = field(default_factory=list)
+    owner: ContextState | None = None
+    busy: bool = False
+    last_used: float = 0.0
+
+
+@dataclass(eq=False)
+class Job:
+    """A request in the worker's hands: the request, its result and the worker's bookkeeping."""
+
+    request: GenerationRequest
+    state: ContextState
+    result: GenerationResult = field(default_factory=GenerationResult)
+    tokens: list[int] = field(default_factory=list)
+    """The request's tokens, then each sampled token once it is to be decoded."""
+    slot: Slot | None = None
+    order: int = 0
+    logits_index: int = -1
+    t_start: float = 0.0
+    t_first: float = 0.0
+    done: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def pending(self) -> int:
+        """Tokens still to decode."""
+        return len(self.tokens) - len(self.slot.kv) if self.slot is not None else len(self.tokens)
+
+
+_FAILURES: dict[StopReason, ErrorKind] = {
+    StopReason.CANCELLED: ErrorKind.RUNTIME_ERROR,
+    StopReason.FINALISED: ErrorKind.INVALID_ARGUMENT,
+    StopReason.MODEL_CLOSED: ErrorKind.RUNTIME_ERROR,
+    StopReason.QUEUE_FULL: ErrorKind.BUSY,
+    StopReason.QUEUE_TIMEOUT: ErrorKind.BUSY,
+    StopReason.EMPTY_PROMPT: ErrorKind.INVALID_ARGUMENT,
+    StopReason.DECODE_FAILED: ErrorKind.RUNTIME_ERROR,
+    StopReason.INTERNAL_ERROR: ErrorKind.RUNTIME_ERROR,
+    StopReason.OUTPUT_LIMIT: ErrorKind.TOO_LARGE,
+}
+
+
+class ModelWorker:
+    """Drives one inference context from one thread for every execution context of a model."""
+
+    def __init__(self, model: Model, context: Context, name: str) -> None:
+        self.model = model
+        self.context = context
+        self.name = name
+        self.n_ctx_seq = context.n_ctx_seq
+        self.slots = [Slot(i) for i in range(context.n_seq)]
+        self._batch = context.new_batch()
+        self._incoming: collections.deque[Job] = collections.deque()
+        self._waiting: list[Job] = []
+        self._active: list[Job] = []
+        self._releases: list[ContextState] = []
+        self._cv = threading.Condition()
+        self._closing = False
+        self.decode_calls = 0
+        self.decoded_tokens = 0
+        self.generated_tokens = 0
+        self.sequences_decoded = 0  # summed over decode calls: busy sequences per decode
+        self.requests = 0
+        self.rejected = 0
+        self.reused_tokens = 0
+        self._submitted = 0
+        self._thread = threading.Thread(target=self._run, name=f"wasinn-model-{name}", daemon=True)
+        self._thread.start()
+
+    # -- caller side ---------------------------------------------------------------
+
+    def submit(self, request: GenerationRequest, state: ContextState) -> GenerationResult:
+        """Queue a request and wait until the worker finishes it."""
+        job = Job(request, state, tokens=list(request.tokens), t_start=time.perf_counter())
+        if state.closed or state.cancelled:
+            self._finish(job, StopReason.CANCELLED if state.cancelled else StopReason.FINALISED)
+            return job.result
+        with self._cv:
+            if self._closing:
+                self._finish(job, StopReason.MODEL_CLOSED)
+                return job.result
+            if len(self._incoming) + len(self._waiting) >= request.max_queue:
+                self.rejected += 1
+                self._finish(job, StopReason.QUEUE_FULL,
+                             f"queue full: {request.max_queue} requests are waiting for model {self.name}")
+                return job.result
+            self._submitted += 1
+            job.order = self._submitted
+            self.requests += 1
+            self._incoming.append(job)
+            self._cv.notify()
+        job.done.wait()
+        return job.result
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting for a free slot."""
+        return len(self._incoming) + len(self._waiting)
+
+    @property
+    def active(self) -> int:
+        """Requests being decoded now."""
+        return len(self._active)
+
+    @property
+    def busy_sequences(self) -> int:
+        """Slots decoding now."""
+        return sum(1 for s in self.slots if s.busy)
+
+    def release(self, state: ContextState) -> None:
+        """Forget an execution context: free its sampler; its slot's KV stays reusable."""
+        state.closed = True
+        with self._cv:
+            self._releases.append(state)
+            self._cv.notify()
+
+    def close(self) -> None:
+        """Stop the thread (after the jobs in flight) and free the inference context."""
+        with self._cv:
+            self._closing = True
+            self._cv.notify()
+        self._thread.join()
+        self._batch.close()
+        self.context.close()
+
+    # -- worker thread -------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not (self._incoming or self._releases or self._closing or self._active or self._waiting):
+                    self._cv.wait()
+                if self._closing and not (self._incoming or self._active or self._waiting):
+                    self._do_releases()
+                    return
+                self._waiting.extend(self._incoming)
+                self._incoming.clear()
+                self._do_releases()
+            try:
+                self._admit()
+                if self._active:
+                    self._step()
+                elif self._waiting:
+                    with self._cv:  # every slot busy: wait for a job to finish
+                        self._cv.wait(0.01)
+            except Exception as exc:  # a bug must not hang callers
+                log.exception("model %s: worker error: %s", self.name, exc)
+                for job in self._active + self._waiting:
+                    self._finish(job, StopReason.INTERNAL_ERROR)
+                self._waiting.clear()
+
+    def _do_releases(self) -> None:
+        for state in self._releases:
+            if state.slot is not None and state.slot.owner is state:
+                state.slot.owner = None
+            if state.sampler is not None:
+                state.sampler.close()
+                state.sampler = None
+        self._releases.clear()
+
+    # 1. admit --------------------------------------------------------------------
+
+    def _admit(self) -> None:
+        """Start waiting jobs, highest priority first, then in arrival order; expire old ones."""
+        still_waiting: list[Job] = []
+        now = time.perf_counter()
+        for job in sorted(self._waiting, key=lambda j: (-j.request.priority, j.order)):
+            timeout_ms = job.request.queue_timeout_ms
+            if job.state.cancelled:
+                self._finish(job, StopReason.CANCELLED)
+            elif timeout_ms and (now - job.t_start) * 1000.0 > timeout_ms:
+                log.warning("model %s: a request waited more than queue-timeout-ms=%d for a free sequence; "
+                            "answered Busy", self.name, timeout_ms)
+                self._finish(job, StopReason.QUEUE_TIMEOUT)
+            elif still_waiting and not self._has_free_slot():
+                still_waiting.append(job)
+            elif (slot := self._pick_slot(job)) is None:
+                still_waiting.append(job)
+            else:
+                self._start(job, slot)
+        self._waiting = still_waiting
+
+    def _has_free_slot(self) -> bool:
+        return any(not s.busy for s in self.slots)
+
+    def _pick_slot(self, job: Job) -> Slot | None:
+        """The job's own slot, else the free slot sharing the longest real prefix, else the lowest id.
+
+        Keeping busy slots at low, consecutive ids matters: llama.cpp splits a batch whose
+        sequence ids are not consecutive into several forward passes.
+        """
+        own = job.state.slot
+        if own is not None and own.owner is job.state and not own.busy:
+            return own
+        free = [s for s in self.slots if not s.busy]
+        if not free:
+            return None
+        unowned = [s for s in free if s.owner is None] or free
+
+        def score(slot: Slot) -> tuple[int, int]:
+            shared = common_prefix(slot.kv, job.tokens)
+            return (shared if shared > 1 else 0, -slot.seq_id)  # BOS alone is no reuse
+
+        return max(unowned, key=score)
+
+    def _start(self, job: Job, slot: Slot) -> None:
+        if not job.tokens:
+            self._finish(job, StopReason.EMPTY_PROMPT)
+            return
+        if slot.owner is not None and slot.owner is not job.state:
+            slot.owner.slot = None
+        slot.owner = job.state
+        slot.busy = True
+        job.state.slot = slot
+        job.slot = slot
+        job.result.reused_tokens = self._trim_kv(job, slot)
+        self.reused_tokens += job.result.reused_tokens
+        try:
+            self._prepare_sampler(job)
+        except WasiNNError as err:
+            log.warning("model %s: %s", self.name, err)
+            self._finish(job, StopReason.REJECTED, err.message, err.kind)
+            return
+        self._active.append(job)
+
+    def _trim_kv(self, job: Job, slot: Slot) -> int:
+        """Drop the slot's cells after the prefix shared with the job; return how many are kept."""
+        request = job.request
+        keep = common_prefix(slot.kv, job.tokens) if request.cache_prompt and not request.embed else 0
+        if keep == len(job.tokens):
+            keep -= 1  # the last token must be decoded again to get its logits
+        if keep < len(slot.kv):
+            self.context.seq_rm(slot.seq_id, keep)
+            del slot.kv[keep:]
+        return keep
+
+    def _prepare_sampler(self, job: Job) -> None:
+        state, sampling = job.state, job.request.sampling
+        if state.sampler is None or state.sampler_params != sampling:
+            if state.sampler is not None:
+                state.sampler.close()
+                state.sampler = None
+            state.sampler = self.context.new_sampler(sampling)
+            state.sampler_params = sampling
+        elif job.request.reset_sampler:
+            state.sampler.reset()  # a streaming step keeps the chain's history
+
+    # 2-4. one step: plan, decode, sample -------------------------------------------
+
+    def _step(self) -> None:
+        for job in [j for j in self._active if j.state.cancelled]:
+            self._finish(job, StopReason.CANCELLED)
+        planned = self._plan_batch()
+        if not planned:
+            return
+        in_batch = self._fill_batch(planned)
+        if not self._decode(in_batch):
+            return
+        now = time.perf_counter()
+        for job in in_batch:
+            if job.logits_index < 0:
+                continue
+            if not job.t_first:
+                job.t_first = now
+                job.result.prompt_ms = (now - job.t_start) * 1000.0
+            if job.request.embed:
+                self._embed(job)
+            else:
+                self._sample(job)
+
+    def _plan_batch(self) -> list[tuple[Job, int]]:
+        """(job, tokens to take) within the batch capacity: generating jobs first, then prompt chunks;
+        in sequence-id order, so llama.cpp can run them in one pass."""
+        budget = self._batch.capacity
+        planned: list[tuple[Job, int]] = []
+        for job in sorted(self._active, key=lambda j: j.pending):
+            pending = job.pending
+            if pending <= 0 or budget <= 0:
+                continue
+            take = min(pending, budget)
+            budget -= take
+            planned.append((job, take))
+        planned.sort(key=lambda item: item[0].slot.seq_id if item[0].slot else 0)
+        return planned
+
+    def _fill_batch(self, planned: list[tuple[Job, int]]) -> list[Job]:
+        batch = self._batch
+        batch.clear()
+        in_batch: list[Job] = []
+        for job, take in planned:
+            slot = job.slot
+            assert slot is not None
+            start = len(slot.kv)
+            last = start + take == len(job.tokens)
+            index = -1
+            for offset in range(take):
+                pos = start + offset
+                index = batch.add(job.tokens[pos], pos, slot.seq_id, last and offset == take - 1)
+            slot.kv.extend(job.tokens[start:start + take])
+            job.logits_index = index if last else -1
+            in_batch.append(job)
+        return in_batch
+
+    def _decode(self, in_batch: list[Job]) -> bool:
+        """Run the batch; on failure, free the jobs' cells and fail them."""
+        n_tokens = self._batch.n
+        rc = self.context.decode(self._batch)
+        self.decode_calls += 1
+        self.decoded_tokens += n_tokens
+        self.sequences_decoded += len(in_batch)
+        if rc == 0:
+            return True
+        log.error("model %s: llama_decode failed with %d for %d tokens", self.name, rc, n_tokens)
+        for job in in_batch:
+            slot = job.slot
+            assert slot is not None
+            self.context.seq_rm(slot.seq_id, 0)
+            slot.kv.clear()
+            self._finish(job, StopReason.DECODE_FAILED)
+        return False
+
+    def _embed(self, job: Job) -> None:
+        slot = job.slot
+        assert slot is not None
+        job.result.embedding = self.context.embeddings(slot.seq_id, job.logits_index)
+        self.context.seq_rm(slot.seq_id, 0)  # embeddings are one-shot: free the cells
+        slot.kv.clear()
+        self._finish(job, StopReason.EMBEDDING)
+
+    def _sample(self, job: Job) -> None:
+        if len(job.result.generated) >= job.request.limit:  # n-predict 0: prompt only
+            self._finish(job, StopReason.LIMIT)
+            return
+        token, piece = self._sample_token(job)
+        stop = self._stream_stop(job, token) if job.request.streaming else self._stop_rule(job, token, piece)
+        if stop is None:
+            job.tokens.append(token)  # decoded in the next batch
+        else:
+            self._finish(job, stop)
+
+    def _sample_token(self, job: Job) -> tuple[int, bytes]:
+        """Sample one token, record it (and its alternatives with ``n-probs``), return it and its bytes."""
+        state, result, n_probs = job.state, job.result, job.request.sampling.n_probs
+        assert state.sampler is not None
+        top = self.context.top_probabilities(job.logits_index, n_probs) if n_probs > 0 else []
+        token = state.sampler.sample(self.context, job.logits_index)
+        if n_probs > 0:
+            result.probs.append((token, top))
+        piece = self.model.piece(token)
+        result.generated.append(token)
+        result.text += piece
+        self.generated_tokens += 1
+        return token, piece
+
+    def _is_eog(self, job: Job, token: int) -> bool:
+        return self.model.is_eog(token) and not job.request.stopping.ignore_eos
+
+    def _stream_stop(self, job: Job, token: int) -> StopReason:
+        """A streaming step always ends after its token: at end of generation, a full context, or done."""
+        if self._is_eog(job, token):
+            return StopReason.EOS
+        if len(job.tokens) + 1 > self.n_ctx_seq:
+            return StopReason.CONTEXT_FULL
+        return StopReason.TOKEN
+
+    def _stop_rule(self, job: Job, token: int, piece: bytes) -> StopReason | None:
+        """The rule that ends a whole generation after this token, or None to go on."""
+        request, result = job.request, job.result
+        stop = request.stopping
+        if request.on_piece is not None:
+            request.on_piece(piece)
+        if stop.reverse_prompt and stop.reverse_prompt.encode() in result.text:
+            return StopReason.REVERSE_PROMPT
+        if stop.stop and cut_at_stop(result.text, stop.stop, len(piece)):
+            return StopReason.STOP
+        if self._is_eog(job, token):
+            return StopReason.EOS
+        if len(result.generated) >= request.limit:
+            return StopReason.N_PREDICT
+        if stop.max_time_ms and (time.perf_counter() - job.t_start) * 1000.0 >= stop.max_time_ms:
+            return StopReason.MAX_TIME
+        if len(result.text) > request.max_output_bytes:
+            log.warning("model %s: output reached max_output_bytes=%d; generation stopped "
+                        "(raise it with Limits(max_output_bytes=...) or `wasinn run --max-output-bytes`)",
+                        self.name, request.max_output_bytes)
+            return StopReason.OUTPUT_LIMIT
+        if len(job.tokens) + 1 > self.n_ctx_seq and not (request.ctx_shift and self._shift(job)):
+            return StopReason.CONTEXT_FULL
+        return None
+
+    def _shift(self, job: Job) -> bool:
+        """Context shift (llama.cpp server style): keep ``n_keep`` tokens, drop half of the rest."""
+        slot = job.slot
+        assert slot is not None
+        n_keep = len(job.tokens) if job.request.n_keep < 0 else min(job.request.n_keep, len(job.tokens))
+        n_discard = (len(slot.kv) - n_keep) // 2
+        if n_discard <= 0 or not self.context.can_shift():
+            return False
+        self.context.seq_shift(slot.seq_id, n_keep, n_discard)
+        del slot.kv[n_keep:n_keep + n_discard]
+        del job.tokens[n_keep:n_keep + n_discard]
+        return True
+
+    def _finish(self, job: Job, reason: StopReason, message: str = "", kind: ErrorKind | None = None) -> None:
+        """End a job: record why (an error for the failure reasons), free its slot, wake its caller."""
+        result = job.result
+        result.stop_reason = reason
+        kind = kind or _FAILURES.get(reason)
+        if kind is not None:
+            result.error = WasiNNError(kind, f"compute on model {self.name}: {message or reason.value}")
+        now = time.perf_counter()
+        if job.t_first:
+            result.generation_ms = (now - job.t_first) * 1000.0
+        else:
+            result.prompt_ms = (now - job.t_start) * 1000.0
+        if job.slot is not None:
+            job.slot.busy = False
+            job.slot.last_used = now
+        if job in self._active:
+            self._active.remove(job)
+        job.done.set()
+
+
+def cut_at_stop(text: bytearray, stops: tuple[str, ...], new_bytes: int) -> bool:
+    """If a stop string now occurs in ``text``, cut the text where it starts and return True."""
+    for stop in stops:
+        needle = stop.encode()
+        if not needle:
+            continue
+        start = max(0, len(text) - new_bytes - len(needle) + 1)
+        at = text.find(needle, start)
+        if at >= 0:
+            del text[at:]
+            return True
+    return False
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the common prefix (the usual cases, one list extending the other, at C speed)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def print_piece(piece: bytes) -> None:
+    """``stream-stdout``: write a piece to the host's stdout at once."""
+    out = sys.stdout
+    try:
+        out.flush()
+        out.buffer.write(piece)
+        out.buffer.flush()
+    except (AttributeError, ValueError):
+        out.write(piece.decode("utf-8", "replace"))
+        out.flush()

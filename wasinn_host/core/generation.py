@@ -1,0 +1,83 @@
+"""The records a generation is made of: what is asked, what comes back, and why it stopped.
+
+A :class:`GenerationRequest` asks a model's worker to decode some tokens and then sample up
+to ``limit`` more; the worker fills in a :class:`GenerationResult`.  A request that cannot
+be served ends with ``result.error`` set (a :class:`~wasinn_host.core.errors.WasiNNError`);
+every other ending is a :class:`StopReason`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .errors import WasiNNError
+from .params import SamplingParams, StopParams
+
+
+class StopReason(str, enum.Enum):
+    """Why a generation ended (the value is what the output metadata shows)."""
+
+    NONE = ""
+    EOS = "eos"
+    """An end-of-generation token was sampled."""
+    N_PREDICT = "n-predict"
+    LIMIT = "limit"
+    """``n-predict`` 0: the prompt was decoded and nothing sampled."""
+    STOP = "stop"
+    REVERSE_PROMPT = "reverse-prompt"
+    MAX_TIME = "max-time"
+    CONTEXT_FULL = "context full"
+    TOKEN = "token"
+    """One streaming step produced its token."""
+    EMBEDDING = "embedding"
+    OUTPUT_LIMIT = "output limit"
+    CANCELLED = "cancelled"
+    FINALISED = "context finalised"
+    MODEL_CLOSED = "model closed"
+    QUEUE_FULL = "queue full"
+    QUEUE_TIMEOUT = "queue timeout"
+    EMPTY_PROMPT = "empty prompt"
+    DECODE_FAILED = "decode failed"
+    INTERNAL_ERROR = "internal error"
+    REJECTED = "rejected"
+    """The model refused the request's sampling parameters."""
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """Decode ``tokens`` (prompt plus anything generated before), then sample up to ``limit`` tokens."""
+
+    tokens: tuple[int, ...]
+    limit: int
+    sampling: SamplingParams
+    stopping: StopParams
+    streaming: bool = False
+    """A ``compute_single`` step: only end-of-generation and a full context stop it."""
+    reset_sampler: bool = True
+    cache_prompt: bool = True
+    priority: int = 0
+    queue_timeout_ms: int = 0
+    max_queue: int = 256
+    ctx_shift: bool = False
+    n_keep: int = 0
+    max_output_bytes: int = 1 << 62
+    embed: bool = False
+    """Embedding mode: decode the prompt and return its embedding instead of sampling."""
+    on_piece: Callable[[bytes], None] | None = None
+
+
+@dataclass
+class GenerationResult:
+    """What a finished request produced."""
+
+    generated: list[int] = field(default_factory=list)
+    text: bytearray = field(default_factory=bytearray)
+    probs: list[tuple[int, list[tuple[int, float]]]] = field(default_factory=list)
+    embedding: list[float] = field(default_factory=list)
+    stop_reason: StopReason = StopReason.NONE
+    error: WasiNNError | None = None
+    prompt_ms: float = 0.0
+    generation_ms: float = 0.0
+    reused_tokens: int = 0

@@ -1,0 +1,450 @@
+"""The real :class:`~wasinn_host.core.runtime.Runtime`: typed wrappers over llama-cpp-python's low-level API.
+
+It loads a model, creates a multi-sequence context, tokenizes, decodes batches, edits the
+KV cache per sequence and builds sampler chains; it knows nothing about guests or
+handles.  The other modules that touch ``llama_cpp`` do so for one narrow job each:
+``model_check.py`` (loading untrusted files in a child process), ``config.py`` (llama.cpp's
+JSON-schema-to-grammar converter) and ``chat_template.py`` (reading a GGUF's template).
+
+llama.cpp aborts the whole process on some misuse (a batch larger than ``n_batch``,
+non-consecutive positions), so callers (``engine.py``) keep those invariants.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Iterator
+
+import llama_cpp
+
+from .chat_template import model_chat_template
+from .errors import ErrorKind, WasiNNError
+from .params import ModelParams, SamplingParams
+
+log = logging.getLogger("wasinn_host")
+llama_log = logging.getLogger("wasinn_host.llama")
+
+LLAMA_CPP_PYTHON_VERSION: str = llama_cpp.__version__
+# llama.cpp revision vendored by each supported llama-cpp-python release (its CHANGELOG).
+_LLAMA_COMMITS = {"0.3.36": "0c1e57098"}
+LLAMA_COMMIT: str = _LLAMA_COMMITS.get(LLAMA_CPP_PYTHON_VERSION, "unknown")
+LLAMA_BUILD_NUMBER: int = 0  # not exposed by libllama; WasmEdge reports its CMake build number
+
+# ggml_log_level: 1 debug, 2 info, 3 warn, 4 error, 5 continuation of the previous line
+_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR, 5: logging.DEBUG}
+_init_lock = threading.Lock()
+_initialised = False
+_capture_lock = threading.Lock()
+_captured: list[str] | None = None
+
+
+@llama_cpp.llama_log_callback
+def _route_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+    """llama.cpp's own log lines go to the ``wasinn_host.llama`` logger (silent by default)."""
+    try:
+        message = text.decode("utf-8", "replace").rstrip("\n")
+        if _captured is not None and level >= 3:
+            _captured.append(message.strip())
+        if message:
+            llama_log.log(_LEVELS.get(level, logging.DEBUG), "%s", message)
+    except Exception:  # never raise into C
+        pass
+
+
+@contextlib.contextmanager
+def capture_llama_log() -> Iterator[list[str]]:
+    """Collect llama.cpp's warnings and errors during a call (to explain a failure in one line)."""
+    global _captured
+    with _capture_lock:
+        lines: list[str] = []
+        _captured = lines
+        try:
+            yield lines
+        finally:
+            _captured = None
+
+
+def init_backend() -> None:
+    """Initialise llama.cpp once per process and route its logging."""
+    global _initialised
+    with _init_lock:
+        if _initialised:
+            return
+        llama_cpp.llama_log_set(_route_llama_log, ctypes.c_void_p(0))
+        llama_cpp.llama_backend_init()
+        _initialised = True
+
+
+def default_threads() -> int:
+    """All cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+class LlamaModel:
+    """Loaded weights and vocabulary; safe to share, read-only after load."""
+
+    def __init__(self, path: Path, params: ModelParams) -> None:
+        init_backend()
+        self.path = path
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = params.n_gpu_layers if params.n_gpu_layers >= 0 else 2**31 - 1
+        mparams.main_gpu = params.main_gpu
+        if params.use_mmap:
+            mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK if params.use_mlock else llama_cpp.LLAMA_LOAD_MODE_MMAP
+        else:
+            mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_MLOCK if params.use_mlock else llama_cpp.LLAMA_LOAD_MODE_NONE
+        with capture_llama_log() as lines:
+            model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
+        if not model:
+            cause = "; ".join(line for line in lines if line)[-300:] or "not a valid GGUF model"
+            raise WasiNNError(ErrorKind.INVALID_ARGUMENT, f"llama.cpp could not load model file {str(path)!r}: {cause}")
+        self.ptr = model
+        self.vocab = llama_cpp.llama_model_get_vocab(model)
+        self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self.vocab)
+        self.n_ctx_train: int = llama_cpp.llama_model_n_ctx_train(model)
+        self.n_embd: int = llama_cpp.llama_model_n_embd(model)
+        self.size_bytes: int = llama_cpp.llama_model_size(model)
+        self.bos: int = llama_cpp.llama_vocab_bos(self.vocab)
+        self.eos: int = llama_cpp.llama_vocab_eos(self.vocab)
+        self._pieces: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
+
+    @property
+    def description(self) -> str:
+        """llama.cpp's one-line model description (type, size, quantisation)."""
+        buf = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(self.ptr, buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    def tokenize(self, text: bytes, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Text to token ids (BOS added and special-token text parsed, as WasmEdge does)."""
+        capacity = len(text) + 8
+        buf = (llama_cpp.llama_token * capacity)()
+        n = llama_cpp.llama_tokenize(self.vocab, text, len(text), buf, capacity, add_special, parse_special)
+        if n < 0:
+            capacity = -n
+            buf = (llama_cpp.llama_token * capacity)()
+            n = llama_cpp.llama_tokenize(self.vocab, text, len(text), buf, capacity, add_special, parse_special)
+        if n < 0:
+            raise WasiNNError(ErrorKind.RUNTIME_ERROR, f"tokenization failed ({n})")
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes of one token, special tokens rendered (cached)."""
+        cached = self._pieces.get(token)
+        if cached is not None:
+            return cached
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
+        piece = buf.raw[: max(n, 0)]
+        self._pieces[token] = piece
+        return piece
+
+    def is_eog(self, token: int) -> bool:
+        """True for end-of-generation tokens (EOS, EOT, ...)."""
+        cached = self._eog.get(token)
+        if cached is None:
+            cached = self._eog[token] = bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+        return cached
+
+    def chat_template(self) -> str | None:
+        """The GGUF ``tokenizer.chat_template``, or None."""
+        return model_chat_template(self.ptr)
+
+    def check_sampling(self, params: SamplingParams) -> None:
+        """Refuse (invalid argument) a grammar that does not parse or a logit-bias token outside the vocabulary."""
+        check_sampling(self, params)
+
+    def close(self) -> None:
+        """Free the weights."""
+        if self.ptr:
+            llama_cpp.llama_model_free(self.ptr)
+            self.ptr = None
+
+
+class Batch:
+    """A reusable ``llama_batch`` of up to ``capacity`` tokens, one sequence id each."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.raw = llama_cpp.llama_batch_init(capacity, 0, 1)
+        self.n = 0
+
+    def clear(self) -> None:
+        self.n = 0
+
+    def add(self, token: int, pos: int, seq_id: int, want_logits: bool) -> int:
+        """Append a token; return its index in the batch (for sampling its logits)."""
+        i = self.n
+        raw = self.raw
+        raw.token[i] = token
+        raw.pos[i] = pos
+        raw.n_seq_id[i] = 1
+        raw.seq_id[i][0] = seq_id
+        raw.logits[i] = want_logits
+        self.n = i + 1
+        return i
+
+    def close(self) -> None:
+        if self.raw is not None:
+            self.raw.n_tokens = self.capacity
+            llama_cpp.llama_batch_free(self.raw)
+            self.raw = None
+
+
+class LlamaContext:
+    """A llama.cpp context with ``n_seq`` independent sequences of ``n_ctx_seq`` tokens each."""
+
+    def __init__(self, model: LlamaModel, params: ModelParams, n_ctx_seq: int) -> None:
+        cparams = llama_cpp.llama_context_default_params()
+        n_seq = params.n_parallel
+        cparams.n_ctx = n_ctx_seq * n_seq
+        cparams.n_batch = params.batch_size
+        cparams.n_ubatch = min(params.ubatch_size, params.batch_size)
+        cparams.n_seq_max = n_seq
+        threads = params.threads if params.threads > 0 else default_threads()
+        cparams.n_threads = threads
+        cparams.n_threads_batch = params.threads_batch if params.threads_batch > 0 else threads
+        cparams.embeddings = params.embedding
+        cparams.kv_unified = False
+        cparams.flash_attn_type = {
+            "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED, "enabled": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+            "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED, "disabled": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+        }.get(params.flash_attn, llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO)
+        ctx = llama_cpp.llama_init_from_model(model.ptr, cparams)
+        if not ctx:
+            raise WasiNNError(
+                ErrorKind.INVALID_ARGUMENT,
+                f"llama.cpp could not create a context of {cparams.n_ctx} tokens for {str(model.path)!r}",
+            )
+        self.ptr = ctx
+        self.model = model
+        self.n_seq = n_seq
+        self.n_ctx_seq = n_ctx_seq
+        self.n_batch: int = llama_cpp.llama_n_batch(ctx)
+        self.memory = llama_cpp.llama_get_memory(ctx)
+        self.threads = threads
+        self.kv_bytes = kv_cache_bytes(model, cparams.n_ctx)
+
+    def new_batch(self) -> Batch:
+        """A reusable batch of ``n_batch`` tokens."""
+        return Batch(self.n_batch)
+
+    def new_sampler(self, params: SamplingParams) -> "Sampler":
+        """A sampler chain for one execution context."""
+        return Sampler(self.model, params, self.n_ctx_seq)
+
+    def top_probabilities(self, batch_index: int, n: int) -> list[tuple[int, float]]:
+        """The ``n`` most likely next tokens at ``batch_index`` and their probabilities."""
+        return top_probabilities(self, batch_index, n)
+
+    def decode(self, batch: Batch) -> int:
+        """Run one ``llama_decode``; 0 on success (llama.cpp's return code otherwise)."""
+        batch.raw.n_tokens = batch.n
+        return int(llama_cpp.llama_decode(self.ptr, batch.raw))
+
+    def seq_rm(self, seq_id: int, start: int) -> None:
+        """Drop the sequence's cells from position ``start`` on."""
+        llama_cpp.llama_memory_seq_rm(self.memory, seq_id, start, -1)
+
+    def can_shift(self) -> bool:
+        """Whether this model's KV cache supports moving positions (context shift)."""
+        return bool(llama_cpp.llama_memory_can_shift(self.memory))
+
+    def seq_shift(self, seq_id: int, keep: int, discard: int) -> None:
+        """Drop ``discard`` cells after the first ``keep`` and move the rest back."""
+        llama_cpp.llama_memory_seq_rm(self.memory, seq_id, keep, keep + discard)
+        llama_cpp.llama_memory_seq_add(self.memory, seq_id, keep + discard, -1, -discard)
+
+    def embeddings(self, seq_id: int, batch_index: int) -> list[float]:
+        """The pooled embedding of a sequence, or the given token's if there is no pooling."""
+        ptr = llama_cpp.llama_get_embeddings_seq(self.ptr, seq_id)
+        if not ptr:
+            ptr = llama_cpp.llama_get_embeddings_ith(self.ptr, batch_index)
+        if not ptr:
+            raise WasiNNError(ErrorKind.RUNTIME_ERROR, "llama.cpp returned no embedding")
+        return list(ptr[: self.model.n_embd])
+
+    def close(self) -> None:
+        if self.ptr:
+            llama_cpp.llama_free(self.ptr)
+            self.ptr = None
+
+
+def kv_cache_bytes(model: LlamaModel, n_ctx: int) -> int:
+    """F16 K and V cells for every layer (llama.cpp's default cache type)."""
+    n_layer = llama_cpp.llama_model_n_layer(model.ptr)
+    n_head = max(llama_cpp.llama_model_n_head(model.ptr), 1)
+    n_head_kv = llama_cpp.llama_model_n_head_kv(model.ptr)
+    n_embd_kv = model.n_embd // n_head * n_head_kv
+    return 2 * n_layer * n_ctx * n_embd_kv * 2
+
+
+class Sampler:
+    """A llama.cpp sampler chain built from :class:`SamplingParams`, in llama.cpp's default order.
+
+    grammar -> logit bias -> penalties -> DRY -> top-k -> typical -> top-p -> min-p -> XTC ->
+    temperature (dynamic if ``dynatemp-range`` > 0) -> distribution; mirostat 1/2 replace the
+    truncation samplers; ``temp <= 0`` ends the chain with greedy instead.
+    """
+
+    def __init__(self, model: LlamaModel, params: SamplingParams, n_ctx_seq: int) -> None:
+        self.ptr = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        try:
+            for sampler in _sampler_stages(model, params, n_ctx_seq):
+                llama_cpp.llama_sampler_chain_add(self.ptr, sampler)
+        except BaseException:
+            self.close()
+            raise
+
+    def sample(self, ctx: LlamaContext, batch_index: int) -> int:
+        """Sample (and accept) a token from the logits at ``batch_index``."""
+        return int(llama_cpp.llama_sampler_sample(self.ptr, ctx.ptr, batch_index))
+
+    def reset(self) -> None:
+        llama_cpp.llama_sampler_reset(self.ptr)
+
+    def close(self) -> None:
+        if self.ptr:
+            llama_cpp.llama_sampler_free(self.ptr)
+            self.ptr = None
+
+
+@contextlib.contextmanager
+def capture_stderr() -> Iterator[list[str]]:
+    """Collect what C code prints on file descriptor 2 during a call (llama.cpp's grammar
+    parser reports the position of a syntax error there, not through its log)."""
+    lines: list[str] = []
+    with _capture_lock, tempfile.TemporaryFile() as sink:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines.extend(sink.read(8192).decode("utf-8", "replace").splitlines())
+
+
+def grammar_sampler(model: LlamaModel, grammar: str) -> ctypes.c_void_p:
+    """A GBNF grammar sampler; errno 1 with llama.cpp's parse message if the grammar is invalid."""
+    with capture_stderr() as lines:
+        sampler = llama_cpp.llama_sampler_init_grammar(model.vocab, grammar.encode(), b"root")
+    if not sampler:
+        detail = next((line.strip() for line in lines if "error" in line), "llama.cpp rejected it")
+        raise WasiNNError(ErrorKind.INVALID_ARGUMENT, f"invalid grammar: {detail[:300]}")
+    return sampler
+
+
+def check_sampling(model: LlamaModel, params: SamplingParams) -> None:
+    """Raise errno 1 if the grammar does not parse or a logit-bias token is not in the vocabulary."""
+    for token, _bias in params.logit_bias:
+        if token >= model.n_vocab:
+            raise WasiNNError(ErrorKind.INVALID_ARGUMENT,
+                              f"config key 'logit-bias': token id {token} is not in the vocabulary of {model.n_vocab}")
+    if params.grammar:
+        llama_cpp.llama_sampler_free(grammar_sampler(model, params.grammar))
+
+
+def _sampler_stages(model: LlamaModel, p: SamplingParams, n_ctx_seq: int) -> list[ctypes.c_void_p]:
+    stages = []
+    if p.grammar:
+        stages.append(grammar_sampler(model, p.grammar))
+    if p.logit_bias:
+        biases = (llama_cpp.llama_logit_bias * len(p.logit_bias))()
+        for i, (token, bias) in enumerate(p.logit_bias):
+            if token >= model.n_vocab:
+                raise WasiNNError(ErrorKind.INVALID_ARGUMENT,
+                                  f"config key 'logit-bias': token id {token} is not in the vocabulary of {model.n_vocab}")
+            biases[i].token = llama_cpp.llama_token(token)
+            biases[i].bias = bias
+        stages.append(llama_cpp.llama_sampler_init_logit_bias(model.n_vocab, len(p.logit_bias), biases))
+    last_n = n_ctx_seq if p.last_n_penalty < 0 else p.last_n_penalty
+    if p.repeat_penalty != 1.0 or p.presence_penalty or p.frequency_penalty:
+        stages.append(llama_cpp.llama_sampler_init_penalties(
+            model.n_vocab, last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty))
+    if p.dry_multiplier > 0:
+        breakers = (ctypes.c_char_p * len(p.dry_sequence_breakers))(*(b.encode() for b in p.dry_sequence_breakers))
+        dry_last_n = n_ctx_seq if p.dry_last_n < 0 else p.dry_last_n
+        stages.append(llama_cpp.llama_sampler_init_dry(
+            model.vocab, p.dry_multiplier, p.dry_base, p.dry_allowed_length, dry_last_n,
+            breakers, len(p.dry_sequence_breakers)))
+    if p.greedy:
+        stages.append(llama_cpp.llama_sampler_init_greedy())
+        return stages
+    min_keep = p.min_keep
+    if p.mirostat == 0:
+        if p.top_k > 0:
+            stages.append(llama_cpp.llama_sampler_init_top_k(p.top_k))
+        if p.typ_p < 1.0:
+            stages.append(llama_cpp.llama_sampler_init_typical(p.typ_p, min_keep))
+        if p.top_p < 1.0:
+            stages.append(llama_cpp.llama_sampler_init_top_p(p.top_p, min_keep))
+        if p.min_p > 0.0:
+            stages.append(llama_cpp.llama_sampler_init_min_p(p.min_p, min_keep))
+        if p.xtc_probability > 0.0:
+            stages.append(llama_cpp.llama_sampler_init_xtc(p.xtc_probability, p.xtc_threshold, min_keep, p.seed))
+    if p.dynatemp_range > 0:
+        stages.append(llama_cpp.llama_sampler_init_temp_ext(p.temp, p.dynatemp_range, p.dynatemp_exponent))
+    else:
+        stages.append(llama_cpp.llama_sampler_init_temp(p.temp))
+    if p.mirostat == 1:
+        stages.append(llama_cpp.llama_sampler_init_mirostat(model.n_vocab, p.seed, p.mirostat_ent, p.mirostat_eta, 100))
+    elif p.mirostat == 2:
+        stages.append(llama_cpp.llama_sampler_init_mirostat_v2(p.seed, p.mirostat_ent, p.mirostat_eta))
+    else:
+        stages.append(llama_cpp.llama_sampler_init_dist(p.seed))
+    return stages
+
+
+def top_probabilities(ctx: LlamaContext, batch_index: int, n: int) -> list[tuple[int, float]]:
+    """The ``n`` most likely next tokens and their probabilities (softmax of the raw logits)."""
+    import numpy as np
+
+    logits_ptr = llama_cpp.llama_get_logits_ith(ctx.ptr, batch_index)
+    logits = np.ctypeslib.as_array(logits_ptr, shape=(ctx.model.n_vocab,)).astype(np.float64)
+    top = np.argpartition(-logits, min(n, len(logits) - 1))[:n]
+    top = top[np.argsort(-logits[top])]
+    exp = np.exp(logits - logits.max())
+    probs = exp / exp.sum()
+    return [(int(t), float(probs[t])) for t in top]
+
+
+class LlamaRuntime:
+    """llama.cpp through llama-cpp-python: the runtime every real model uses."""
+
+    build_number = LLAMA_BUILD_NUMBER
+    commit = LLAMA_COMMIT
+
+    def load_model(self, path: Path, params: ModelParams) -> LlamaModel:
+        """Load weights and vocabulary (invalid argument with llama.cpp's reason if it cannot)."""
+        return LlamaModel(path, params)
+
+    def new_context(self, model: LlamaModel, params: ModelParams, n_ctx_seq: int) -> LlamaContext:
+        """A context of ``params.n_parallel`` sequences of ``n_ctx_seq`` tokens."""
+        return LlamaContext(model, params, n_ctx_seq)
+
+    def kv_cache_bytes(self, model: LlamaModel, n_ctx: int) -> int:
+        """Bytes of KV cache for ``n_ctx`` cells."""
+        return kv_cache_bytes(model, n_ctx)
+
+    def check_model_file(self, path: Path) -> None:
+        """Load an untrusted file in a child process first (llama.cpp aborts on some files)."""
+        from .model_check import check_model_file
+
+        check_model_file(path)

@@ -1,0 +1,108 @@
+"""Typed parameter records: what a model is loaded with and what a context generates with.
+
+:class:`ModelParams` are load-time parameters (one llama.cpp model and context per distinct
+set); :class:`ContextParams` (sampling, stop rules, prompt options) belong to one execution
+context and may change between its computations.  ``config.py`` fills them from JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_SEED = 0xFFFF_FFFF
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """Load-time parameters: one llama.cpp model + context is created per distinct set."""
+
+    n_gpu_layers: int = 0
+    main_gpu: int = 0
+    use_mmap: bool = True
+    use_mlock: bool = False
+    ctx_size: int = 0
+    """Tokens per execution context (sequence); 0 = the model's training context, at most 4096."""
+    batch_size: int = 2048
+    ubatch_size: int = 512
+    threads: int = 0
+    """Generation threads; 0 = all CPU cores."""
+    threads_batch: int = 0
+    """Prompt-processing threads; 0 = same as ``threads``."""
+    n_parallel: int = 4
+    """Sequences decoded together (execution contexts that hold KV cache at once)."""
+    embedding: bool = False
+    flash_attn: str = "auto"
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-context sampling parameters (one llama.cpp sampler chain per context)."""
+
+    temp: float = 0.8
+    dynatemp_range: float = 0.0
+    dynatemp_exponent: float = 1.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    typ_p: float = 1.0
+    xtc_probability: float = 0.0
+    xtc_threshold: float = 0.1
+    mirostat: int = 0
+    mirostat_eta: float = 0.1
+    mirostat_ent: float = 5.0
+    repeat_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    last_n_penalty: int = 64
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_last_n: int = -1
+    dry_sequence_breakers: tuple[str, ...] = ("\n", ":", "\"", "*")
+    min_keep: int = 0
+    seed: int = DEFAULT_SEED
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    grammar: str = ""
+    json_schema: str = ""
+    n_probs: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        """``temp <= 0`` means always take the most likely token."""
+        return self.temp <= 0.0
+
+
+@dataclass(frozen=True)
+class StopParams:
+    """Per-context stop rules and output options."""
+
+    n_predict: int = -1
+    reverse_prompt: str = ""
+    stop: tuple[str, ...] = ()
+    max_time_ms: int = 0
+    ignore_eos: bool = False
+    stream_stdout: bool = False
+
+
+@dataclass(frozen=True)
+class PromptOptions:
+    """Per-context prompt handling, scheduling and embedding options."""
+
+    chat_template: bool | str = False
+    """True: the prompt is JSON messages rendered with the model's template; a string: that template."""
+    cache_prompt: bool = True
+    ctx_shift: bool = False
+    n_keep: int = 0
+    priority: int = 0
+    queue_timeout_ms: int = -1
+    """-1: the host's default (``Limits.queue_timeout_ms``)."""
+    embd_normalize: int = 2
+
+
+@dataclass(frozen=True)
+class ContextParams:
+    """Everything an execution context may change with a metadata ``set_input``."""
+
+    sampling: SamplingParams = SamplingParams()
+    stopping: StopParams = StopParams()
+    options: PromptOptions = PromptOptions()

@@ -1,0 +1,294 @@
+"""The process-wide model registry: preloaded names, loaded models, reference counts.
+
+A model is identified by its file (or content hash, for guest bytes) and its load-time
+:class:`ModelParams`; every Store and execution context asking for the same pair shares
+one :class:`LoadedModel` (weights in memory once, one worker thread).  Preloaded names
+load lazily on the first ``load_by_name`` and then stay loaded while unused, so guests
+that come and go never pay for a reload; at most ``max_idle_models`` unused ones are kept
+(least recently used go first), and unused ones are also freed when a new model needs
+their share of ``max_kv_bytes``.  Models loaded from guest bytes are freed with their
+last user.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from .engine import ModelWorker
+from .errors import ErrorKind, WasiNNError
+from .limits import physical_memory
+from .params import ModelParams
+from .preload import Preload, parse_preload
+from .runtime import Model, Runtime
+
+log = logging.getLogger("wasinn_host")
+
+MAX_DEFAULT_CTX = 4096
+GGUF_MAGIC = b"GGUF"
+
+
+@dataclass(eq=False)
+class LoadedModel:
+    """Weights, a multi-sequence inference context and the worker thread that drives it."""
+
+    key: tuple[object, ...]
+    label: str
+    params: ModelParams
+    weights: Model
+    worker: ModelWorker
+    keep_loaded: bool
+    name: str | None = None
+    path: Path | None = None
+    refs: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+    stale: bool = False
+    """Replaced by a hot swap: running contexts finish on it, new loads get the new model."""
+    loaded_at: float = field(default_factory=time.time)
+
+    @property
+    def n_ctx_seq(self) -> int:
+        """Tokens each execution context may hold."""
+        return self.worker.n_ctx_seq
+
+
+def _open_model(runtime: Runtime, path: Path, params: ModelParams, label: str, key: tuple[object, ...], keep: bool,
+                make_room: Callable[[int], int]) -> LoadedModel:
+    started = time.perf_counter()
+    weights = runtime.load_model(path, params)
+    try:
+        n_ctx_seq = params.ctx_size or min(weights.n_ctx_train or MAX_DEFAULT_CTX, MAX_DEFAULT_CTX)
+        kv = runtime.kv_cache_bytes(weights, n_ctx_seq * params.n_parallel)
+        kv_room = make_room(kv)
+        if kv > kv_room:
+            raise WasiNNError(ErrorKind.TOO_LARGE, (
+                f"model {label}: a KV cache of {kv >> 20} MiB ({params.n_parallel} sequences x {n_ctx_seq} tokens) "
+                f"exceeds the {kv_room >> 20} MiB left under limit max_kv_bytes (lower ctx-size or n-parallel, or "
+                f"raise it with Limits(max_kv_bytes=...) or `wasinn run --max-kv-bytes`)"))
+        context = runtime.new_context(weights, params, n_ctx_seq)
+    except BaseException:
+        weights.close()
+        raise
+    worker = ModelWorker(weights, context, label)
+    log.info(
+        "loaded model %s from %s in %.0f ms (%s, %d sequences x %d tokens, %d threads)",
+        label, path, (time.perf_counter() - started) * 1000, weights.description,
+        context.n_seq, n_ctx_seq, context.threads,
+    )
+    return LoadedModel(key, label, params, weights, worker, keep, path=path)
+
+
+class ModelRegistry:
+    """Name → model table shared by every Store of a process (thread-safe).
+
+    ``runtime`` loads the models (default: llama.cpp); ``max_idle_models`` unused models stay
+    loaded for the next user.  The KV budget of a load is the caller's ``Limits.max_kv_bytes``.
+    """
+
+    def __init__(self, preloads: Iterable[Preload | str] = (), *, runtime: Runtime | None = None,
+                 max_idle_models: int = 4) -> None:
+        if runtime is None:
+            from .llama import LlamaRuntime
+
+            runtime = LlamaRuntime()
+        self.runtime: Runtime = runtime
+        self.max_idle_models = max_idle_models
+        self._lock = threading.RLock()
+        self._preloads: dict[str, Preload] = {}
+        self._models: dict[tuple[object, ...], LoadedModel] = {}
+        self._rejected: dict[str, str] = {}  # sha256 of guest bytes -> why they were refused
+        for spec in preloads:
+            self.add_preload(spec)
+
+    # -- preloads ------------------------------------------------------------------
+
+    def add_preload(self, spec: Preload | str) -> Preload:
+        """Register a name (``Preload`` or ``NAME:ENCODING:TARGET:PATH``); the file is opened lazily."""
+        preload = parse_preload(spec) if isinstance(spec, str) else spec
+        with self._lock:
+            self._preloads[preload.name] = preload
+        return preload
+
+    def preloads(self) -> dict[str, Preload]:
+        """A copy of the preload table."""
+        with self._lock:
+            return dict(self._preloads)
+
+    def has_preload(self, name: str) -> bool:
+        with self._lock:
+            return name in self._preloads
+
+    # -- loading -------------------------------------------------------------------
+
+    def acquire_named(self, name: str, params: ModelParams, kv_budget: int = 0) -> LoadedModel:
+        """The model served under ``name`` with these load-time parameters (loaded if needed).
+
+        A new load must fit its KV cache within ``kv_budget`` bytes for all models together
+        (0: half the machine's memory), freeing idle models if that makes room.
+        """
+        with self._lock:
+            preload = self._preloads.get(name)
+            if preload is None:
+                raise WasiNNError(ErrorKind.NOT_FOUND, f"model name {name!r} is not preloaded; known names: "
+                                  f"{', '.join(sorted(self._preloads)) or '(none)'}")
+            path = preload.path
+            if not path.is_file():
+                raise WasiNNError(ErrorKind.MODEL_NOT_FOUND, f"model file {str(path)!r} for name {name!r} does not exist")
+            key = ("file", str(path.resolve()), params)
+            model = self._models.get(key)
+            if model is None:
+                model = _open_model(self.runtime, path, params, name, key, keep=True,
+                                    make_room=functools.partial(self._make_room, kv_budget))
+                model.name = name
+                self._models[key] = model
+            model.refs += 1
+            return model
+
+    def acquire_bytes(self, data: bytes, params: ModelParams, kv_budget: int = 0) -> LoadedModel:
+        """A model from GGUF bytes a guest sent; identical bytes share one model.  No file is left behind."""
+        if not data.startswith(GGUF_MAGIC):
+            raise WasiNNError(ErrorKind.INVALID_ARGUMENT,
+                              f"load: builders[0] is not a GGUF model (starts with {data[:4]!r}, expected {GGUF_MAGIC!r})")
+        digest = hashlib.sha256(data).hexdigest()
+        key = ("bytes", digest, params)
+        with self._lock:
+            if digest in self._rejected:
+                raise WasiNNError(ErrorKind.INVALID_ARGUMENT, self._rejected[digest])
+            model = self._models.get(key)
+            if model is None:
+                fd, name = tempfile.mkstemp(prefix="wasinn-", suffix=".gguf")
+                try:
+                    with os.fdopen(fd, "wb") as handle:
+                        handle.write(data)
+                    try:
+                        self.runtime.check_model_file(Path(name))  # untrusted bytes: llama.cpp may abort on some
+                    except WasiNNError as err:
+                        if len(self._rejected) < 1024:
+                            self._rejected[digest] = err.message
+                        raise
+                    model = _open_model(self.runtime, Path(name), params, f"bytes:{digest[:12]}", key, keep=False,
+                                        make_room=functools.partial(self._make_room, kv_budget))
+                finally:
+                    os.unlink(name)
+                self._models[key] = model
+            model.refs += 1
+            return model
+
+    def _make_room(self, budget: int, kv_bytes: int) -> int:
+        """Free idle models, least recently used first, until ``kv_bytes`` fit in ``budget``; return the room left."""
+        budget = budget or physical_memory() // 2
+
+        def room() -> int:
+            return budget - sum(m.worker.context.kv_bytes for m in self._models.values())
+
+        for model in sorted(self._idle_models(), key=lambda m: m.last_used):
+            if room() >= kv_bytes:
+                break
+            self._evict(model)
+        return room()
+
+    def _idle_models(self) -> list[LoadedModel]:
+        return [m for m in self._models.values() if m.refs <= 0]
+
+    def _evict(self, model: LoadedModel) -> None:
+        if self._models.get(model.key) is model:
+            del self._models[model.key]
+        self._close(model)
+
+    def retain(self, model: LoadedModel) -> None:
+        """Add a reference to a model already acquired."""
+        with self._lock:
+            model.refs += 1
+
+    def release(self, model: LoadedModel) -> None:
+        """Drop one reference; models from guest bytes are freed with their last reference."""
+        with self._lock:
+            model.refs -= 1
+            model.last_used = time.monotonic()
+            if model.refs > 0:
+                return
+            if model.keep_loaded:  # stays warm for the next guest, within max_idle_models
+                idle = sorted(self._idle_models(), key=lambda m: m.last_used)
+                for old in idle[: max(0, len(idle) - self.max_idle_models)]:
+                    self._evict(old)
+                return
+            if self._models.get(model.key) is model:
+                del self._models[model.key]
+        self._close(model)
+
+    def swap(self, name: str, path: str | os.PathLike[str] | None = None) -> Preload:
+        """Hot swap: serve ``name`` from ``path`` (or re-read its file) for every new load.
+
+        Models already loaded under the name are marked stale: contexts using them finish
+        their work there, and each is freed when its last user lets go.  No request fails.
+        """
+        with self._lock:
+            old = self._preloads.get(name)
+            if old is None:
+                raise WasiNNError(ErrorKind.NOT_FOUND, f"model name {name!r} is not preloaded")
+            preload = Preload(name, Path(path) if path is not None else old.path, old.encoding, old.target)
+            if not preload.path.is_file():
+                raise WasiNNError(ErrorKind.MODEL_NOT_FOUND, f"model file {str(preload.path)!r} does not exist")
+            self._preloads[name] = preload
+            idle = []
+            for key, model in list(self._models.items()):
+                if model.name == name:
+                    model.stale = True
+                    model.keep_loaded = False
+                    del self._models[key]
+                    if model.refs <= 0:
+                        idle.append(model)
+        for model in idle:
+            self._close(model)
+        log.info("model name %s now serves %s; %d idle old model(s) freed", name, preload.path, len(idle))
+        return preload
+
+    def loaded(self) -> list[LoadedModel]:
+        """The models in memory now."""
+        with self._lock:
+            return list(self._models.values())
+
+    def unload_unused(self) -> int:
+        """Free every model nobody uses (preloaded names load again on demand); return how many."""
+        with self._lock:
+            idle = [m for m in self._models.values() if m.refs <= 0]
+            for model in idle:
+                del self._models[model.key]
+        for model in idle:
+            self._close(model)
+        return len(idle)
+
+    def close(self) -> None:
+        """Free every model (at shutdown)."""
+        with self._lock:
+            models = list(self._models.values())
+            self._models.clear()
+        for model in models:
+            self._close(model)
+
+    @staticmethod
+    def _close(model: LoadedModel) -> None:
+        model.worker.close()
+        model.weights.close()
+        log.info("freed model %s", model.label)
+
+
+_default: ModelRegistry | None = None
+_default_lock = threading.Lock()
+
+
+def default_registry() -> ModelRegistry:
+    """The registry shared by every :class:`~wasinn_host.WasiNN` that is not given its own."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = ModelRegistry()
+        return _default

@@ -1,0 +1,86 @@
+"""What the core needs from an inference library, as protocols.
+
+The engine and the registry are written against these, not against llama.cpp: the real
+implementation is :mod:`wasinn_host.core.llama` (llama-cpp-python), and
+:mod:`wasinn_host.backend.fake` answers deterministically in pure Python so scheduling and
+the front ends can be tested in milliseconds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from .params import ModelParams, SamplingParams
+
+
+class Model(Protocol):
+    """Loaded weights and vocabulary (read-only after load, shared by contexts)."""
+
+    path: Path
+    n_vocab: int
+    n_ctx_train: int
+    size_bytes: int
+    bos: int
+    eos: int
+
+    @property
+    def description(self) -> str: ...
+    def tokenize(self, text: bytes, add_special: bool = True, parse_special: bool = True) -> list[int]: ...
+    def piece(self, token: int) -> bytes: ...
+    def is_eog(self, token: int) -> bool: ...
+    def chat_template(self) -> str | None: ...
+    def check_sampling(self, params: SamplingParams) -> None: ...
+    def close(self) -> None: ...
+
+
+class Batch(Protocol):
+    """A reusable batch of tokens, each for one sequence id."""
+
+    capacity: int
+    n: int
+
+    def clear(self) -> None: ...
+    def add(self, token: int, pos: int, seq_id: int, want_logits: bool) -> int: ...
+    def close(self) -> None: ...
+
+
+class Sampler(Protocol):
+    """A sampler chain for one execution context."""
+
+    def sample(self, ctx: "Context", batch_index: int) -> int: ...
+    def reset(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class Context(Protocol):
+    """An inference context with ``n_seq`` sequences of ``n_ctx_seq`` tokens each."""
+
+    model: Model
+    n_seq: int
+    n_ctx_seq: int
+    n_batch: int
+    threads: int
+    kv_bytes: int
+
+    def new_batch(self) -> Batch: ...
+    def new_sampler(self, params: SamplingParams) -> Sampler: ...
+    def decode(self, batch: Batch) -> int: ...
+    def seq_rm(self, seq_id: int, start: int) -> None: ...
+    def can_shift(self) -> bool: ...
+    def seq_shift(self, seq_id: int, keep: int, discard: int) -> None: ...
+    def embeddings(self, seq_id: int, batch_index: int) -> list[float]: ...
+    def top_probabilities(self, batch_index: int, n: int) -> list[tuple[int, float]]: ...
+    def close(self) -> None: ...
+
+
+class Runtime(Protocol):
+    """Loads models and creates contexts; knows the library's version."""
+
+    build_number: int
+    commit: str
+
+    def load_model(self, path: Path, params: ModelParams) -> Model: ...
+    def new_context(self, model: Model, params: ModelParams, n_ctx_seq: int) -> Context: ...
+    def kv_cache_bytes(self, model: Model, n_ctx: int) -> int: ...
+    def check_model_file(self, path: Path) -> None: ...

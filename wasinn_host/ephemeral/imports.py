@@ -1,0 +1,385 @@
+"""The ``wasi_ephemeral_nn`` import functions (WasmEdge GGML dialect) on a wasmtime Linker.
+
+Steps of every call:
+
+1. find the calling Store's handle tables (:class:`StoreState`) and the guest memory;
+2. read and bounds-check the guest's pointers, lengths and structs;
+3. call the backend (load a graph, open a context) or the execution context (``execution.py``);
+4. write the results back and return the errno.
+
+This is the one place that turns a :class:`WasiNNError` into the guest's return code
+(through :func:`~wasinn_host.ephemeral.errno.errno_for`) and one log line; no exception ever
+escapes into wasmtime (that would trap the guest), except the trap WasmEdge also raises
+when the module exports no memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+import time
+import weakref
+from typing import Callable, Iterable
+
+import wasmtime
+
+from ..backend.protocol import Backend
+from ..core.config import EMPTY_CONFIG, ParsedConfig, parse_config
+from ..core.errors import ErrorKind, WasiNNError, invalid
+from ..core.limits import Limits
+from ..core.preload import Encoding, Target
+from .errno import errno_for
+from .execution import ExecutionContext
+from .guest_memory import U32_MASK, GuestMemory
+from .native_func import GuestTrap, caller_memory, define_i32_func
+from .store_state import ContextCounter, StoreState
+
+log = logging.getLogger("wasinn_host")
+
+MODULE = "wasi_ephemeral_nn"
+U8_TYPES = (2, 3)  # U8 is 3 since WasmEdge 0.14.1_plugin_lts, 2 before
+MAX_DIMS = 8
+PRELOAD_PREFIX = b"preload:"
+_QUIET = (ErrorKind.END_OF_SEQUENCE,)
+
+# name -> number of i32 parameters (every import returns one i32)
+SIGNATURES: dict[str, int] = {
+    "load": 5,
+    "load_by_name": 3,
+    "load_by_name_with_config": 5,
+    "init_execution_context": 2,
+    "set_input": 3,
+    "compute": 1,
+    "get_output": 5,
+    "compute_single": 1,
+    "get_output_single": 5,
+    "fini_single": 1,
+    "unload": 1,
+    "finalize_execution_context": 1,
+}
+
+
+class _IdleReaper:
+    """One process-wide thread that reaps idle contexts for every live :class:`WasiNNImports`."""
+
+    _targets: "weakref.WeakSet[WasiNNImports]" = weakref.WeakSet()
+    _thread: threading.Thread | None = None
+    _lock = threading.Lock()
+    _wake = threading.Event()
+
+    @classmethod
+    def watch(cls, imports: "WasiNNImports") -> None:
+        with cls._lock:
+            if imports not in cls._targets:
+                cls._targets.add(imports)
+                cls._wake.set()  # a new, maybe shorter, period
+            if cls._thread is None:
+                cls._thread = threading.Thread(target=cls._run, name="wasinn-idle-reaper", daemon=True)
+                cls._thread.start()
+
+    @classmethod
+    def _run(cls) -> None:
+        while True:
+            targets = list(cls._targets)
+            period = min((t.limits.idle_timeout_ms / 4000.0 for t in targets), default=1.0)
+            cls._wake.wait(min(max(period, 0.01), 5.0))
+            cls._wake.clear()
+            for target in targets:
+                target.reap_idle()
+            del targets
+
+
+def _store_key(store: wasmtime.Store) -> int:
+    return ctypes.addressof(store._context().contents)
+
+
+class WasiNNImports:
+    """The import functions, bound to a backend; one instance serves any number of Stores.
+
+    ``legacy_output`` copies the whole output into a zero-length ``get_output`` buffer, as
+    WasmEdge <= 0.16.3 did (LlamaEdge's apps rely on it), never past the end of guest memory.
+    """
+
+    def __init__(self, backend: Backend, limits: Limits | None = None,
+                 allowed: Iterable[str] | None = None, legacy_output: bool = False) -> None:
+        self.backend = backend
+        self.limits = limits or Limits()
+        self.legacy_output = legacy_output
+        self.allowed = frozenset(allowed) if allowed is not None else None
+        self.contexts_alive = ContextCounter()
+        self._states: dict[int, StoreState] = {}
+        self._lock = threading.Lock()
+        self._warned_unattached = False
+
+    # -- Store bookkeeping ---------------------------------------------------------
+
+    def _new_state(self, allowed: Iterable[str] | None = None) -> StoreState:
+        self._start_reaper()
+        return StoreState(self.limits, self.contexts_alive,
+                          allowed if allowed is not None else self.allowed)
+
+    def attach(self, store: wasmtime.Store, allowed: Iterable[str] | None = None) -> StoreState:
+        """Register a Store: its state is freed with it, and its memory export is cached.
+
+        ``allowed`` limits the model names this Store may load (default: the instance's list).
+        """
+        key = _store_key(store)
+        state = self._new_state(allowed)
+        state.cache_memory = True
+        with self._lock:
+            old = self._states.pop(key, None)
+            self._states[key] = state
+        if old is not None:
+            old.close()
+        weakref.finalize(store, self._drop, key, state)
+        return state
+
+    def detach(self, store: wasmtime.Store) -> None:
+        """Free a Store's contexts and graphs now."""
+        self._drop(_store_key(store), None)
+
+    def _drop(self, key: int, expected: StoreState | None) -> None:
+        with self._lock:
+            state = self._states.get(key)
+            if state is None or (expected is not None and state is not expected):
+                return
+            del self._states[key]
+        state.close()
+
+    def state_count(self) -> int:
+        with self._lock:
+            return len(self._states)
+
+    def states(self) -> list[StoreState]:
+        """The Stores known now."""
+        with self._lock:
+            return list(self._states.values())
+
+    def sessions_status(self) -> dict[str, int]:
+        """The ``sessions`` section of the status: Stores, contexts, graphs and their limits."""
+        states = self.states()
+        return {
+            "stores": len(states),
+            "execution_contexts": sum(len(s.contexts) for s in states),
+            "graphs": sum(len(s.graphs) for s in states),
+            "max_contexts_per_store": self.limits.max_contexts_per_store,
+            "max_contexts_total": self.limits.max_contexts_total,
+        }
+
+    def _start_reaper(self) -> None:
+        if self.limits.idle_timeout_ms > 0:
+            _IdleReaper.watch(self)
+
+    def reap_idle(self) -> None:
+        """Finalise the execution contexts unused for ``idle_timeout_ms`` in every Store."""
+        idle = self.limits.idle_timeout_ms / 1000.0
+        for state in self.states():
+            reaped = state.reap_idle(idle)
+            if reaped:
+                log.info("finalised %d execution contexts idle for more than idle_timeout_ms=%d",
+                         reaped, self.limits.idle_timeout_ms)
+
+    def _state(self, key: int) -> StoreState:
+        state = self._states.get(key)
+        if state is None:
+            with self._lock:
+                state = self._states.setdefault(key, self._new_state())
+            if not self._warned_unattached:
+                self._warned_unattached = True
+                log.warning("a Store not attached with WasiNN.attach() called wasi_ephemeral_nn; "
+                            "its handles are kept until WasiNN.detach()")
+        return state
+
+    @staticmethod
+    def _memory(caller: int, context: int, state: StoreState) -> GuestMemory:
+        memory = state.memory
+        if memory is None:
+            memory = caller_memory(caller)
+            if memory is None:
+                raise GuestTrap("wasi_ephemeral_nn: the calling module exports no memory")
+            if state.cache_memory:
+                state.memory = memory
+        return GuestMemory(*memory.base_and_size(context))
+
+    # -- registration --------------------------------------------------------------
+
+    def add_to_linker(self, linker: wasmtime.Linker) -> None:
+        """Define all 12 imports of module ``wasi_ephemeral_nn`` on ``linker``."""
+        for name, arity in SIGNATURES.items():
+            define_i32_func(linker, MODULE, name, arity, self._wrap(name, getattr(self, name)))
+
+    def _wrap(self, name: str, impl: Callable[..., None]) -> Callable[..., int]:
+        def host_function(caller: int, context: int, *args: int) -> int:
+            state = self._state(context)
+            memory = self._memory(caller, context, state)
+            try:
+                impl(memory, state, *args)
+                return 0
+            except WasiNNError as err:
+                errno = errno_for(err.kind)
+                if err.kind not in _QUIET:
+                    log.warning("wasi-nn %s: %s (errno %d %s)", name, err.message, errno, errno.name,
+                                extra=_log_fields(name, args, errno))
+                return int(errno)
+            except Exception as exc:  # a host bug must not take the guest down with a trap
+                log.exception("wasi-nn %s: internal error: %s", name, exc)
+                return int(errno_for(ErrorKind.RUNTIME_ERROR))
+
+        host_function.__name__ = f"wasi_nn_{name}"
+        return host_function
+
+    # -- loading -------------------------------------------------------------------
+
+    def load(self, mem: GuestMemory, state: StoreState, builders_ptr: int, builders_len: int,
+             encoding: int, target: int, graph_out: int) -> None:
+        encoding &= U32_MASK
+        target &= U32_MASK
+        if encoding != Encoding.GGML:
+            name = Encoding(encoding).name if encoding in Encoding._value2member_map_ else "unknown"
+            raise WasiNNError(ErrorKind.INVALID_ENCODING,
+                              f"load: encoding {encoding} ({name}) is not supported; accepted: 6 (GGML)")
+        if target not in (Target.CPU, Target.GPU, Target.TPU):
+            raise invalid(f"load: execution target {target} is not accepted; accepted: 0 (CPU), 1 (GPU), 2 (TPU)")
+        count = builders_len & U32_MASK
+        if count == 0:
+            raise invalid("load: the graph-builder array is empty; builders[0] must hold the GGUF bytes")
+        if not self.limits.allow_load_bytes:
+            raise WasiNNError(ErrorKind.UNSUPPORTED,
+                              "load: loading models from guest bytes is disabled on this host "
+                              "(Limits(allow_load_bytes=True) or drop `wasinn run --no-load-bytes`); use load_by_name")
+        state.check_graph_room()
+        entries = mem.read_u32s(builders_ptr, 2 * min(count, 2), "load builders")
+        if entries[1] > self.limits.max_load_bytes:
+            raise self.limits.refuse(ErrorKind.TOO_LARGE, f"load: model of {entries[1]} bytes", "max_load_bytes",
+                                     self.limits.max_load_bytes)
+        mem.check(graph_out, 4, "load graph_id_out")
+        model_bytes = mem.read(entries[0], entries[1], "load builders[0]")
+        if model_bytes.startswith(PRELOAD_PREFIX):
+            raise invalid("load: 'preload:<path>' builders are refused: guests may not name host files; "
+                          "use load_by_name with a name the host preloaded")
+        config = mem.read(entries[2], entries[3], "load builders[1]") if count >= 2 else b""
+        parsed = parse_config(config) if config else EMPTY_CONFIG
+        graph = self.backend.load_bytes(model_bytes, parsed)
+        mem.write_u32(graph_out, state.add_graph(graph), "load graph_id_out")
+
+    def _load_named(self, mem: GuestMemory, state: StoreState, name_ptr: int, name_len: int,
+                    config: ParsedConfig | None, graph_out: int) -> None:
+        raw = mem.read(name_ptr, name_len, "model name")
+        mem.check(graph_out, 4, "graph_id_out")
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise invalid(f"model name {raw!r} is not valid UTF-8") from None
+        state.check_name(name)
+        cached = state.by_name.get(name)
+        if cached is not None and not state.graphs[cached].stale:
+            mem.write_u32(graph_out, cached, "graph_id_out")
+            return
+        state.check_graph_room()
+        graph = self.backend.load_by_name(name, config or EMPTY_CONFIG)
+        handle = state.add_graph(graph)
+        state.by_name[name] = handle
+        mem.write_u32(graph_out, handle, "graph_id_out")
+
+    def load_by_name(self, mem: GuestMemory, state: StoreState, name_ptr: int, name_len: int,
+                     graph_out: int) -> None:
+        self._load_named(mem, state, name_ptr, name_len, None, graph_out)
+
+    def load_by_name_with_config(self, mem: GuestMemory, state: StoreState, name_ptr: int, name_len: int,
+                                 config_ptr: int, config_len: int, graph_out: int) -> None:
+        text = mem.read(config_ptr, config_len, "config")
+        self._load_named(mem, state, name_ptr, name_len, parse_config(text), graph_out)
+
+    def unload(self, mem: GuestMemory, state: StoreState, graph: int) -> None:
+        state.unload(graph)
+
+    # -- contexts ------------------------------------------------------------------
+
+    def init_execution_context(self, mem: GuestMemory, state: StoreState, graph: int, ctx_out: int) -> None:
+        target = state.graph(graph)
+        mem.check(ctx_out, 4, "ctx_out")
+        state.check_context_room()
+        handle = state.add_context(ExecutionContext(target, target.open_context()))
+        mem.write_u32(ctx_out, handle, "ctx_out")
+
+    def finalize_execution_context(self, mem: GuestMemory, state: StoreState, ctx: int) -> None:
+        state.finalize(ctx)
+
+    def set_input(self, mem: GuestMemory, state: StoreState, ctx: int, index: int, tensor_ptr: int) -> None:
+        context = state.context(ctx)
+        dims_ptr, dims_len, ttype, data_ptr, data_len = mem.read_u32s(tensor_ptr, 5, "tensor struct")
+        ttype &= 0xFF
+        if ttype not in U8_TYPES:
+            raise invalid(f"set_input: tensor type {ttype} is not accepted; prompt and metadata are "
+                          f"bytes: U8 (3, or 2 before WasmEdge 0.14.1)")
+        if dims_len > MAX_DIMS:
+            raise invalid(f"set_input: {dims_len} dimensions; at most {MAX_DIMS} are accepted ([1] or [len])")
+        dims = mem.read_u32s(dims_ptr, dims_len, "tensor dims")
+        product = 1
+        for d in dims:
+            product *= d
+        if dims and product not in (1, data_len):
+            raise invalid(f"set_input: dims {list(dims)} do not describe {data_len} bytes; use [1] or [{data_len}]")
+        if data_len > self.limits.max_prompt_bytes:
+            raise self.limits.refuse(ErrorKind.TOO_LARGE, f"set_input: input of {data_len} bytes", "max_prompt_bytes",
+                                     self.limits.max_prompt_bytes)
+        data = mem.read(data_ptr, data_len, "tensor data")
+        context.set_input(index & U32_MASK, data)
+
+    def compute(self, mem: GuestMemory, state: StoreState, ctx: int) -> None:
+        state.context(ctx).compute()
+
+    def compute_single(self, mem: GuestMemory, state: StoreState, ctx: int) -> None:
+        state.context(ctx).compute_single()
+
+    def fini_single(self, mem: GuestMemory, state: StoreState, ctx: int) -> None:
+        state.context(ctx).fini_single()
+
+    def get_output(self, mem: GuestMemory, state: StoreState, ctx: int, index: int,
+                   out_ptr: int, out_max: int, written_ptr: int) -> None:
+        self._copy_out(mem, state.context(ctx).get_output(index & U32_MASK), out_ptr, out_max, written_ptr)
+
+    def get_output_single(self, mem: GuestMemory, state: StoreState, ctx: int, index: int,
+                          out_ptr: int, out_max: int, written_ptr: int) -> None:
+        self._copy_out(mem, state.context(ctx).get_output_single(index & U32_MASK), out_ptr, out_max,
+                       written_ptr)
+
+
+    def _copy_out(self, mem: GuestMemory, data: bytes, out_ptr: int, out_max: int, written_ptr: int) -> None:
+        """Copy output to the guest; too small a buffer gets TooLarge, the needed size and no bytes.
+
+        A zero-length buffer with ``legacy_output`` on gets the whole output (WasmEdge <= 0.16.3),
+        as long as it fits between ``out_ptr`` and the end of guest memory.
+        """
+        out_max &= U32_MASK
+        mem.check(written_ptr, 4, "bytes_written_out")
+        needed = len(data)
+        if out_max == 0 and needed and self.legacy_output:
+            out_max = max(0, min(needed, mem.size - (out_ptr & U32_MASK)))
+        mem.check(out_ptr, out_max, "output buffer")
+        if needed > out_max:
+            mem.write_u32(written_ptr, needed, "bytes_written_out")
+            if out_max == 0 and not self.legacy_output:
+                raise WasiNNError(ErrorKind.TOO_LARGE, (
+                    f"output of {needed} bytes does not fit the guest buffer of 0 bytes: a zero-length buffer "
+                    f"is LlamaEdge's pattern (it relied on WasmEdge <= 0.16.3 copying anyway); "
+                    f"run with `wasinn run --nn-legacy-output` or WasiNN(legacy_output=True) to allow it"))
+            raise WasiNNError(ErrorKind.TOO_LARGE,
+                              f"output of {needed} bytes does not fit the guest buffer of {out_max} bytes")
+        mem.write(out_ptr, data, "output buffer")
+        mem.write_u32(written_ptr, needed, "bytes_written_out")
+
+_GRAPH_FIRST = ("init_execution_context", "unload")
+_CONTEXT_FIRST = ("set_input", "compute", "get_output", "compute_single", "get_output_single",
+                  "fini_single", "finalize_execution_context")
+
+
+def _log_fields(name: str, args: tuple[int, ...], errno: int) -> dict[str, object]:
+    """``extra`` for a log record: the call, its graph or context handle, the errno."""
+    fields: dict[str, object] = {"event": name, "errno": int(errno)}
+    if name in _GRAPH_FIRST:
+        fields["graph"] = args[0] & U32_MASK
+    elif name in _CONTEXT_FIRST:
+        fields["context"] = args[0] & U32_MASK
+    return fields

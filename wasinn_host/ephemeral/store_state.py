@@ -1,0 +1,129 @@
+"""Per-Store handle tables, with the limits and the model-name allow-list of one guest.
+
+Graph and context handles are numbered from 0 in each Store and never reused, so
+another guest's handle numbers mean nothing here.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Iterable
+
+from ..backend.protocol import BackendGraph
+from ..core.errors import ErrorKind, WasiNNError, invalid
+from ..core.limits import Limits
+from .execution import ExecutionContext
+from .guest_memory import U32_MASK
+from .native_func import MemoryRef
+
+
+class ContextCounter:
+    """Execution contexts alive in the whole process (for ``max_contexts_total``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.value = 0
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.value += n
+
+
+class StoreState:
+    """One Store's graphs and execution contexts."""
+
+    def __init__(self, limits: Limits, counter: ContextCounter, allowed: Iterable[str] | None = None) -> None:
+        self.limits = limits
+        self.allowed = frozenset(allowed) if allowed is not None else None
+        self._counter = counter
+        self.graphs: dict[int, BackendGraph] = {}
+        self.contexts: dict[int, ExecutionContext] = {}
+        self.by_name: dict[str, int] = {}
+        self.next_graph = 0
+        self.next_context = 0
+        self.memory: MemoryRef | None = None
+        self.cache_memory = False
+        self.closed = False
+
+    def graph(self, handle: int) -> BackendGraph:
+        graph = self.graphs.get(handle & U32_MASK)
+        if graph is None:
+            raise invalid(f"graph handle {handle & U32_MASK} is not loaded in this store")
+        return graph
+
+    def context(self, handle: int) -> ExecutionContext:
+        context = self.contexts.get(handle & U32_MASK)
+        if context is None:
+            raise invalid(f"execution context handle {handle & U32_MASK} does not exist in this store")
+        context.touched = time.monotonic()
+        return context
+
+    def check_name(self, name: str) -> None:
+        """Refuse (not found) a model name this guest may not load."""
+        if self.allowed is not None and name not in self.allowed:
+            raise WasiNNError(ErrorKind.NOT_FOUND, f"model name {name!r} is not allowed for this guest; "
+                                               f"allowed: {', '.join(sorted(self.allowed)) or '(none)'}")
+
+    def check_graph_room(self) -> None:
+        if len(self.graphs) >= self.limits.max_graphs_per_store:
+            raise self.limits.refuse(ErrorKind.BUSY, "load", "max_graphs_per_store", self.limits.max_graphs_per_store)
+
+    def add_graph(self, graph: BackendGraph) -> int:
+        handle = self.next_graph
+        self.next_graph += 1
+        self.graphs[handle] = graph
+        return handle
+
+    def check_context_room(self) -> None:
+        if len(self.contexts) >= self.limits.max_contexts_per_store:
+            raise self.limits.refuse(ErrorKind.BUSY, "init_execution_context", "max_contexts_per_store",
+                                     self.limits.max_contexts_per_store)
+        if self._counter.value >= self.limits.max_contexts_total:
+            raise self.limits.refuse(ErrorKind.BUSY, "init_execution_context", "max_contexts_total",
+                                     self.limits.max_contexts_total)
+
+    def add_context(self, context: ExecutionContext) -> int:
+        handle = self.next_context
+        self.next_context += 1
+        self.contexts[handle] = context
+        self._counter.add(1)
+        return handle
+
+    def finalize(self, handle: int) -> None:
+        context = self.contexts.pop(handle & U32_MASK, None)
+        if context is None:
+            raise invalid(f"execution context handle {handle & U32_MASK} does not exist in this store")
+        self._counter.add(-1)
+        context.close()
+
+    def unload(self, handle: int) -> None:
+        graph = self.graph(handle)
+        del self.graphs[handle & U32_MASK]
+        if graph.name is not None and self.by_name.get(graph.name) == handle & U32_MASK:
+            del self.by_name[graph.name]
+        graph.close()
+
+    def reap_idle(self, idle_seconds: float) -> int:
+        """Finalise contexts unused for ``idle_seconds`` (not during a call); return how many."""
+        now = time.monotonic()
+        stale = [h for h, c in list(self.contexts.items()) if not c.busy and now - c.last_used > idle_seconds]
+        for handle in stale:
+            try:
+                self.finalize(handle)
+            except Exception:  # finalised by the guest meanwhile
+                continue
+        return len(stale)
+
+    def close(self) -> None:
+        """Free every context and graph of this Store."""
+        if self.closed:
+            return
+        self.closed = True
+        for handle in list(self.contexts):
+            self.finalize(handle)
+        for graph in self.graphs.values():
+            graph.close()
+        self.graphs.clear()
+        self.by_name.clear()
+        self.memory = None

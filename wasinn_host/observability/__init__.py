@@ -1,0 +1,1 @@
+"""Status, Prometheus metrics and logging: read from the core, never from a front end's internals."""

@@ -1,0 +1,6 @@
+"""Tooling for tests, benchmarks and the demo model: test models, the ABI test guest, the fuzzer.
+
+:mod:`.successor` is pure Python; :mod:`.gguf_models` writes GGUF files and needs the ``gguf``
+package (``pip install 'wasinn-host[test]'``); :mod:`.abi_guest` and :mod:`.fuzz_machine`
+drive the imports through real wasm instances.
+"""
