@@ -192,7 +192,7 @@ class WasiNN:
                 os.close(fd)
 
     def cancel_all(self) -> None:
-        """Stop every inference in flight (the guests waiting in ``compute`` get errno 5)."""
+        """Stop every inference in flight (the guests waiting in ``compute`` get a runtime error)."""
         for state in self.imports.states():
             for context in list(state.contexts.values()):
                 context.cancel()

@@ -3,7 +3,7 @@
 Guests run in threads (one Store each) while the main thread waits, so Ctrl-C and
 ``--timeout`` act at once: the engine's epoch is advanced past every deadline (a guest
 running wasm traps at its next check) and in-flight inference is cancelled (a guest
-waiting in ``compute`` gets errno 5, then traps).  With several instances each one's
+waiting in ``compute`` gets a runtime error, then traps).  With several instances each one's
 stdout and stderr go through a pipe and are copied to the terminal a whole line at a time.
 """
 

@@ -6,7 +6,7 @@ vocabulary, and every "forward pass" predicts the successor of the last decoded 
 (``a`` -> ``b`` ... ``z`` -> EOS, ``9`` -> ``0``).  Sampling is always that prediction, so any
 sampling parameters give the greedy output of the real successor model.  Everything above it
 (the registry, the engine's scheduling, the contexts, the front ends) is the real code, so
-:func:`fake_backend` runs the ABI's handle, errno, copying and streaming rules, and the
+:func:`fake_backend` runs the ABI's handle, error, copying and streaming rules, and the
 engine's queueing, priorities and prefix reuse, without loading a model.
 
 ``decode_delay`` makes each decode take that many seconds, to hold requests in flight.

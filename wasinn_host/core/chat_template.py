@@ -18,9 +18,9 @@ Templates see ``messages``, ``bos_token``, ``eos_token`` and
 
 Every failure here (bad message JSON, a template syntax error, a template that calls
 ``raise_exception`` or fails while rendering, ``true`` for a model without a
-template) is :class:`~wasinn_host.errors.WasiNNError` with errno 1
+template) is a :class:`~wasinn_host.core.errors.WasiNNError` of kind
 (``INVALID_ARGUMENT``) and a one-line message.  Note that invalid JSON in the
-*messages* is errno 1 too, unlike invalid *config* JSON (errno 2): the messages are
+*messages* is an invalid argument too, unlike invalid *config* JSON (an invalid encoding): the messages are
 prompt data, which the ABI receives as a tensor of bytes, not an encoded config.
 
 The model side is left to the caller and passed in as plain strings:
@@ -130,7 +130,7 @@ def _environment() -> ImmutableSandboxedEnvironment:
 class ChatTemplate:
     """A compiled chat template plus the model's BOS/EOS token text.
 
-    Raises errno 1 at construction when the template has a Jinja syntax error.
+    Raises an invalid argument at construction when the template has a Jinja syntax error.
     """
 
     def __init__(self, template: str, *, bos_token: str = "", eos_token: str = "") -> None:
@@ -147,7 +147,7 @@ class ChatTemplate:
             raise invalid(f"chat-template: template error: {_one_line(str(exc))}") from exc
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
-        """Render ``messages`` into prompt text; any rendering failure is errno 1."""
+        """Render ``messages`` into prompt text; any rendering failure is an invalid argument."""
         try:
             return self._template.render(
                 messages=messages,
@@ -177,8 +177,8 @@ def parse_messages(data: bytes) -> list[dict[str, Any]]:
     Accepted: UTF-8 JSON text holding a non-empty list of objects, each with a string
     ``role`` and a string ``content``; other keys are kept and reach the template.
     Anything else (invalid UTF-8, invalid JSON, including ``NaN`` and unpaired
-    surrogate escapes, which orjson rejects, or a wrong shape) raises errno 1
-    (``INVALID_ARGUMENT``); invalid JSON is errno 1 here, not 2, because this is prompt
+    surrogate escapes, which orjson rejects, or a wrong shape) raises an invalid
+    argument; invalid JSON is an invalid argument here, not an invalid encoding, because this is prompt
     data and not config.  Messages are numbered from 1 in error messages.
     """
     try:
@@ -210,7 +210,7 @@ def resolve_template(setting: bool | str, model_template: str | None) -> str | N
     """The template source to use for a ``chat-template`` config value.
 
     ``False`` means no host-side templating (``None``); ``True`` means the model's
-    template (errno 1 when the model has none); a string is the template itself.
+    template (an invalid argument when the model has none); a string is the template itself.
     """
     if setting is False:
         return None
@@ -228,7 +228,7 @@ def model_chat_template(model: Any, reader: Callable[[Any, bytes | None], bytes 
 
     ``model`` is a ``llama_model_p`` (for llama-cpp-python's ``Llama``, that is
     ``llm.model``).  ``reader`` defaults to ``llama_cpp.llama_model_chat_template``
-    and exists for tests.  A template that is not UTF-8 is errno 1.
+    and exists for tests.  A template that is not UTF-8 is an invalid argument.
     """
     if reader is None:
         import llama_cpp  # deferred: this module is otherwise pure Python

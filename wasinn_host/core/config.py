@@ -1,9 +1,9 @@
 """Configuration JSON (WasmEdge's GGML key names) turned into typed parameter records.
 
 The same parser serves ``load_by_name_with_config``, ``load``'s second builder and a
-metadata ``set_input`` (index 1).  Rules, as in WasmEdge: invalid JSON is errno 2; a
-known key with the wrong JSON type is errno 1; unknown keys are ignored.  In addition,
-numbers are range-checked (errno 1) and each rejection names the key, the value and
+metadata ``set_input`` (index 1).  Rules, as in WasmEdge: invalid JSON is an invalid
+encoding; a known key with the wrong JSON type an invalid argument; unknown keys are ignored.
+In addition, numbers are range-checked (invalid argument) and each rejection names the key, the value and
 what is accepted.
 
 Keys have one of two scopes:
@@ -286,7 +286,7 @@ def _flatten(doc: Mapping[str, Any]) -> list[tuple[str, Any]]:
 
 
 def parse_config(text: bytes | str) -> ParsedConfig:
-    """Parse configuration JSON; raise errno 2 for bad JSON and errno 1 for bad values."""
+    """Parse configuration JSON; bad JSON is an invalid encoding, bad values an invalid argument."""
     if isinstance(text, str):
         text = text.encode()
     if not text.strip():
@@ -313,7 +313,7 @@ def parse_config(text: bytes | str) -> ParsedConfig:
 
 
 def schema_to_grammar(schema: str) -> str:
-    """JSON schema text to GBNF (llama.cpp's converter); errno 1 with the reason if it fails."""
+    """JSON schema text to GBNF (llama.cpp's converter); an invalid argument with the reason if it fails."""
     from llama_cpp.llama_grammar import json_schema_to_gbnf
 
     try:

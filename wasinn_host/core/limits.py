@@ -1,8 +1,8 @@
 """Host limits: what one guest (Store) and the whole process may use.
 
 Every refusal names the limit and how to raise it.  Capacity limits (queue, contexts,
-graphs) answer errno 4 (Busy); size limits (prompt, output, model bytes) errno 7
-(TooLarge); a config value above a limit errno 1 (InvalidArgument).
+graphs) are refused as busy; size limits (prompt, output, model bytes) as too large; a config
+value above a limit as an invalid argument.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class Limits:
     max_contexts_total: int = 1000
     max_graphs_per_store: int = 16
     max_queue: int = 256
-    """Requests waiting for a free sequence, per model; a full queue answers Busy at once."""
+    """Requests of this instance's guests waiting for a free sequence, per model; a full queue is Busy at once."""
     queue_timeout_ms: int = 0
     """Default time a request may wait in the queue (0 = no limit; the ``queue-timeout-ms`` key overrides)."""
     idle_timeout_ms: int = 300_000
@@ -32,17 +32,16 @@ class Limits:
     allow_load_bytes: bool = True
     max_load_bytes: int = 4 << 30
     max_kv_bytes: int = 0
-    """KV cache of all loaded models together; 0 = half of the machine's memory."""
+    """KV cache of all loaded models together, checked when this instance loads one; 0 = half the machine's memory."""
 
     def kv_budget(self) -> int:
         """``max_kv_bytes`` resolved (0 becomes half the physical memory)."""
         return self.max_kv_bytes or physical_memory() // 2
 
-
-    def refuse(self, errno: Errno, what: str, limit_name: str, value: int) -> WasiNNError:
+    def refuse(self, kind: ErrorKind, what: str, limit_name: str, value: int) -> WasiNNError:
         """The error for exceeding ``limit_name``; the message says how to raise it."""
         option = "--" + limit_name.replace("_", "-")
-        return WasiNNError(errno, f"{what}: limit {limit_name}={value} reached "
+        return WasiNNError(kind, f"{what}: limit {limit_name}={value} reached "
                                   f"(raise it with Limits({limit_name}=...) or `wasinn run {option}`)")
 
 

@@ -342,7 +342,7 @@ def capture_stderr() -> Iterator[list[str]]:
 
 
 def grammar_sampler(model: LlamaModel, grammar: str) -> ctypes.c_void_p:
-    """A GBNF grammar sampler; errno 1 with llama.cpp's parse message if the grammar is invalid."""
+    """A GBNF grammar sampler; an invalid-argument error with llama.cpp's parse message if the grammar is invalid."""
     with capture_stderr() as lines:
         sampler = llama_cpp.llama_sampler_init_grammar(model.vocab, grammar.encode(), b"root")
     if not sampler:
@@ -352,7 +352,7 @@ def grammar_sampler(model: LlamaModel, grammar: str) -> ctypes.c_void_p:
 
 
 def check_sampling(model: LlamaModel, params: SamplingParams) -> None:
-    """Raise errno 1 if the grammar does not parse or a logit-bias token is not in the vocabulary."""
+    """Raise an invalid-argument error if the grammar does not parse or a logit-bias token is not in the vocabulary."""
     for token, _bias in params.logit_bias:
         if token >= model.n_vocab:
             raise WasiNNError(ErrorKind.INVALID_ARGUMENT,

@@ -3,7 +3,7 @@
 Some malformed files (a duplicate token string, for example) make llama.cpp abort the
 whole process, which no Python ``try`` can catch.  Models that guests send as bytes are
 therefore first loaded by ``python -m wasinn_host.core.model_check FILE`` in a child: if the
-child dies, the guest gets errno 1 and this process goes on.
+child dies, the guest gets an invalid-argument error and this process goes on.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ CHECK_TIMEOUT_S = 120
 
 
 def check_model_file(path: Path) -> None:
-    """Raise errno 1 naming the cause if llama.cpp cannot load ``path`` (tried in a child process)."""
+    """Raise an invalid-argument error naming the cause if llama.cpp cannot load ``path`` (tried in a child process)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     try:
         proc = subprocess.run([sys.executable, "-m", "wasinn_host.core.model_check", str(path)], capture_output=True,

@@ -2,7 +2,7 @@
 
 WasmEdge's rules live here: tensor index 1 is the metadata JSON (in and out), any other
 index the prompt or the text; ``compute`` keeps the output of a full context and reports
-it (errno 101); ``compute_single`` generates one token, ending with end-of-sequence (100)
+it (context full); ``compute_single`` generates one token, ending with end-of-sequence
 or a full context; ``get_output_single`` is the last token's piece; ``fini_single`` ends a
 stream; an embedding model's output is WasmEdge's embedding JSON.
 """

@@ -4,7 +4,7 @@ Each host call takes the memory's base address once (``data_ptr`` may change whe
 guest grows its memory, so it is never cached across calls), checks every guest
 pointer and length against the current size, and copies with ``ctypes.string_at`` /
 ``ctypes.memmove``: one copy, no intermediate ``bytearray``.  A bad pointer or length
-raises :class:`WasiNNError` with errno 1 and never touches memory.
+raises :class:`WasiNNError` with an invalid-argument error and never touches memory.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class GuestMemory:
         return self._size
 
     def check(self, ptr: int, length: int, what: str) -> int:
-        """Return the host address of ``[ptr, ptr+length)`` or raise errno 1."""
+        """Return the host address of ``[ptr, ptr+length)`` or raise an invalid argument."""
         ptr &= U32_MASK
         length &= U32_MASK
         if ptr + length > self._size:
