@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from wasinn_host import ModelRegistry, WasiNN
+from wasinn_host.backend.fake import FakeRuntime
 from wasinn_host.testing.gguf_models import write_successor_model
 
 
@@ -27,15 +28,39 @@ def successor_path(model_dir: pathlib.Path) -> pathlib.Path:
 @pytest.fixture(scope="session")
 def registry(model_dir: pathlib.Path) -> Iterator[ModelRegistry]:
     """One registry for the session: models load once and are shared by every test's Stores."""
-    reg = ModelRegistry([
-        f"succ:GGML:AUTO:{model_dir / 'successor.gguf'}",
-        f"noisy:GGML:AUTO:{model_dir / 'successor-random.gguf'}",
-        f"missing:GGML:CPU:{model_dir / 'no-such-model.gguf'}",
-    ])
+    reg = ModelRegistry(test_preloads(model_dir))
     yield reg
     reg.close()
 
 
 @pytest.fixture
 def nn(registry: ModelRegistry) -> WasiNN:
+    return WasiNN(registry=registry)
+
+
+def test_preloads(model_dir: pathlib.Path) -> list[str]:
+    """The names every host in the tests serves: two successor models and a missing file."""
+    return [
+        f"succ:GGML:AUTO:{model_dir / 'successor.gguf'}",
+        f"noisy:GGML:AUTO:{model_dir / 'successor-random.gguf'}",
+        f"missing:GGML:CPU:{model_dir / 'no-such-model.gguf'}",
+    ]
+
+
+test_preloads.__test__ = False  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def fake_registry(model_dir: pathlib.Path) -> Iterator[ModelRegistry]:
+    """The same names served by the fake runtime (pure Python, no llama.cpp)."""
+    reg = ModelRegistry(test_preloads(model_dir), runtime=FakeRuntime())
+    yield reg
+    reg.close()
+
+
+@pytest.fixture(params=["llama", "fake"])
+def any_nn(request: pytest.FixtureRequest, registry: ModelRegistry, fake_registry: ModelRegistry) -> WasiNN:
+    """A host on llama.cpp, then the same on the fake runtime: tests using it run on both."""
+    if request.param == "fake":
+        return WasiNN(registry=fake_registry)
     return WasiNN(registry=registry)

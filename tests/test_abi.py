@@ -10,10 +10,15 @@ import wasmtime
 
 from wasinn_host.testing.abi_guest import AbiGuest, abi_guest_wat
 from wasinn_host import Errno, WasiNN
-from wasinn_host.core.llama import LLAMA_BUILD_NUMBER, LLAMA_COMMIT
 from wasinn_host.testing.gguf_models import successor_text
 
 ALPHABET = "bcdefghijklmnopqrstuvwxyz"
+
+
+@pytest.fixture
+def nn(any_nn: WasiNN) -> WasiNN:
+    """Every ABI test runs on llama.cpp and on the fake runtime."""
+    return any_nn
 
 
 @pytest.fixture
@@ -35,9 +40,10 @@ def test_completion_includes_eog_piece_and_metadata(guest: AbiGuest) -> None:
     # input_tokens is readable before compute (guests do this)
     rc, meta = guest.get_output(ctx, 1)
     assert rc == 0
+    runtime = guest.nn.registry.runtime
     assert meta.decode() == (
-        f'{{"input_tokens": 2, "output_tokens": 0, "llama_build_number": {LLAMA_BUILD_NUMBER}, '
-        f'"llama_commit": "{LLAMA_COMMIT}"}}'
+        f'{{"input_tokens": 2, "output_tokens": 0, "llama_build_number": {runtime.build_number}, '
+        f'"llama_commit": "{runtime.commit}"}}'
     )
     assert guest.call("compute", ctx) == 0
     assert guest.get_output(ctx) == (0, (ALPHABET + "</s>").encode())

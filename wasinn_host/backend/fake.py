@@ -38,6 +38,7 @@ from ..testing.successor import (
 from .local import LocalBackend
 
 GGUF_MAGIC = b"GGUF"
+GGUF_HEADER_BYTES = 24
 FAKE_N_EMBD = 8
 KV_BYTES_PER_CELL = 1024
 _SPECIAL_TEXT = {"<s>": BOS_ID, "</s>": EOS_ID, "<unk>": UNK_ID}
@@ -247,9 +248,12 @@ class FakeRuntime:
         return KV_BYTES_PER_CELL * n_ctx
 
     def check_model_file(self, path: Path) -> None:
-        """Files shorter than the magic are refused."""
-        if path.stat().st_size < len(GGUF_MAGIC):
-            raise WasiNNError(ErrorKind.INVALID_ARGUMENT, "model rejected: file too short")
+        """A file without a GGUF header (magic, version 2 or 3, tensor and key counts) is refused."""
+        with open(path, "rb") as handle:
+            header = handle.read(GGUF_HEADER_BYTES)
+        version = int.from_bytes(header[4:8], "little") if len(header) == GGUF_HEADER_BYTES else 0
+        if not header.startswith(GGUF_MAGIC) or version not in (2, 3):
+            raise WasiNNError(ErrorKind.INVALID_ARGUMENT, "model rejected: not a GGUF header")
 
 
 def fake_backend(preloads: Iterable[Preload | str] = (), limits: Limits | None = None,
