@@ -24,6 +24,18 @@ from .host import GuestError, RunOptions, WasiNN
 from .session import Session
 
 __all__ = [
-    "Errno", "ErrorKind", "GuestError", "Limits", "ModelRegistry", "Preload", "PreloadError", "RunOptions",
-    "Session", "WasiNN", "WasiNNError", "__version__", "default_registry", "parse_preload",
+    "Errno",
+    "ErrorKind",
+    "GuestError",
+    "Limits",
+    "ModelRegistry",
+    "Preload",
+    "PreloadError",
+    "RunOptions",
+    "Session",
+    "WasiNN",
+    "WasiNNError",
+    "__version__",
+    "default_registry",
+    "parse_preload",
 ]

@@ -43,6 +43,7 @@ class EpochTicker:
             self._engine.increment_epoch()
 
     def stop(self) -> None:
+        """Stop ticking."""
         self._stop.set()
 
 
@@ -79,25 +80,35 @@ class LineForwarder:
             self._sink.flush()
 
     def join(self) -> None:
+        """Wait until the pipe is closed and copied."""
         self._thread.join()
 
 
 @dataclass
 class InstanceResult:
+    """How one instance ended: its exit code, or the one-line error that stopped it."""
+
     code: int | None = None
     error: str | None = None
 
 
-def _run_one(nn: WasiNN, module: ModuleSource, args: Sequence[str], options: RunOptions,
-             result: InstanceResult) -> None:
+def _run_one(
+    nn: WasiNN, module: ModuleSource, args: Sequence[str], options: RunOptions, result: InstanceResult
+) -> None:
     try:
         result.code = nn.run(module, args, options)
     except GuestError as exc:
         result.error = str(exc)
 
 
-def run_instances(nn: WasiNN, module: ModuleSource, args: Sequence[str], options: RunOptions,
-                  instances: int = 1, timeout: float | None = None) -> list[InstanceResult]:
+def run_instances(
+    nn: WasiNN,
+    module: ModuleSource,
+    args: Sequence[str],
+    options: RunOptions,
+    instances: int = 1,
+    timeout: float | None = None,
+) -> list[InstanceResult]:
     """Run ``instances`` copies of the module at once and wait; Ctrl-C interrupts all of them."""
     compiled = nn.load_module(module)
     ticker = EpochTicker(nn.engine) if nn.interruptible else None
@@ -112,10 +123,19 @@ def run_instances(nn: WasiNN, module: ModuleSource, args: Sequence[str], options
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
             forwarders += [LineForwarder(out_r, sys.stdout.buffer, lock), LineForwarder(err_r, sys.stderr.buffer, lock)]
-            instance_options = replace(options, stdout=f"/dev/fd/{out_w}", stderr=f"/dev/fd/{err_w}",
-                                       stdin=options.stdin or os.devnull, close_fds=(out_w, err_w))
-        thread = threading.Thread(target=_run_one, name=f"wasinn-guest-{index}",
-                                  args=(nn, compiled, args, instance_options, results[index]), daemon=True)
+            instance_options = replace(
+                options,
+                stdout=f"/dev/fd/{out_w}",
+                stderr=f"/dev/fd/{err_w}",
+                stdin=options.stdin or os.devnull,
+                close_fds=(out_w, err_w),
+            )
+        thread = threading.Thread(
+            target=_run_one,
+            name=f"wasinn-guest-{index}",
+            args=(nn, compiled, args, instance_options, results[index]),
+            daemon=True,
+        )
         threads.append(thread)
     started = time.monotonic()
     try:

@@ -69,7 +69,7 @@ class FakeModel:
             special = next((s for s in _SPECIAL_TEXT if parse_special and rest.startswith(s)), None)
             if special is not None:
                 ids.append(_SPECIAL_TEXT[special])
-                rest = rest[len(special):]
+                rest = rest[len(special) :]
                 continue
             ids.extend(successor_tokenize(rest[0], add_bos=False))
             rest = rest[1:]
@@ -99,8 +99,10 @@ class FakeModel:
         """Refuse logit-bias tokens outside the vocabulary, as the real runtime does."""
         for token, _bias in params.logit_bias:
             if token >= self.n_vocab:
-                raise WasiNNError(ErrorKind.INVALID_ARGUMENT, f"config key 'logit-bias': token id {token} "
-                                                              f"is not in the vocabulary of {self.n_vocab}")
+                raise WasiNNError(
+                    ErrorKind.INVALID_ARGUMENT,
+                    f"config key 'logit-bias': token id {token} is not in the vocabulary of {self.n_vocab}",
+                )
 
     def close(self) -> None:
         """Nothing to free."""
@@ -134,7 +136,7 @@ class FakeBatch:
 class FakeSampler:
     """Always the successor of the token whose logits are asked for."""
 
-    def sample(self, ctx: "FakeContext", batch_index: int) -> int:  # type: ignore[override]
+    def sample(self, ctx: "FakeContext", batch_index: int) -> int:
         """The prediction at ``batch_index`` of the last decode."""
         return successor_of(ctx.predicted_from(batch_index))
 
@@ -169,7 +171,7 @@ class FakeContext:
         self.model.check_sampling(params)
         return FakeSampler()
 
-    def decode(self, batch: FakeBatch) -> int:  # type: ignore[override]
+    def decode(self, batch: FakeBatch) -> int:
         """Store each token at its position; refuse a gap (llama.cpp's rule) with 1."""
         if self._delay:
             time.sleep(self._delay)
@@ -198,7 +200,7 @@ class FakeContext:
 
     def seq_shift(self, seq_id: int, keep: int, discard: int) -> None:
         """Drop ``discard`` cells after the first ``keep``."""
-        del self._cells[seq_id][keep:keep + discard]
+        del self._cells[seq_id][keep : keep + discard]
 
     def embeddings(self, seq_id: int, batch_index: int) -> list[float]:
         """A deterministic vector from the sequence's tokens."""
@@ -227,23 +229,21 @@ class FakeRuntime:
         self.loads = 0
         self._lock = threading.Lock()
 
-    def load_model(self, path: Path, params: ModelParams) -> FakeModel:  # type: ignore[override]
+    def load_model(self, path: Path, params: ModelParams) -> FakeModel:
         """The successor model, if ``path`` holds GGUF bytes."""
         with open(path, "rb") as handle:
             magic = handle.read(4)
         if magic != GGUF_MAGIC:
-            raise WasiNNError(ErrorKind.INVALID_ARGUMENT,
-                              f"could not load model file {str(path)!r}: not a GGUF file")
+            raise WasiNNError(ErrorKind.INVALID_ARGUMENT, f"could not load model file {str(path)!r}: not a GGUF file")
         with self._lock:
             self.loads += 1
         return FakeModel(path, self.n_ctx_train)
 
-    def new_context(self, model: FakeModel, params: ModelParams,  # type: ignore[override]
-                    n_ctx_seq: int) -> FakeContext:
+    def new_context(self, model: FakeModel, params: ModelParams, n_ctx_seq: int) -> FakeContext:
         """A context of ``n_parallel`` sequences."""
         return FakeContext(model, params, n_ctx_seq, self.decode_delay)
 
-    def kv_cache_bytes(self, model: FakeModel, n_ctx: int) -> int:  # type: ignore[override]
+    def kv_cache_bytes(self, model: FakeModel, n_ctx: int) -> int:
         """A fixed size per cell."""
         return KV_BYTES_PER_CELL * n_ctx
 
@@ -256,8 +256,9 @@ class FakeRuntime:
             raise WasiNNError(ErrorKind.INVALID_ARGUMENT, "model rejected: not a GGUF header")
 
 
-def fake_backend(preloads: Iterable[Preload | str] = (), limits: Limits | None = None,
-                 runtime: FakeRuntime | None = None) -> LocalBackend:
+def fake_backend(
+    preloads: Iterable[Preload | str] = (), limits: Limits | None = None, runtime: FakeRuntime | None = None
+) -> LocalBackend:
     """A :class:`~wasinn_host.backend.local.LocalBackend` whose models are all the fake successor model."""
     registry = ModelRegistry(preloads, runtime=runtime or FakeRuntime())
     return LocalBackend(registry, limits)

@@ -26,5 +26,5 @@ def render_chat_prompt(model: Model, setting: bool | str, data: bytes) -> bytes:
     eos = model.piece(model.eos).decode("utf-8", "replace") if model.eos >= 0 else ""
     text = _compiled(source, bos, eos).render(parse_messages(data), add_generation_prompt=True)
     if bos and text.startswith(bos):
-        text = text[len(bos):]  # tokenizing adds BOS itself
+        text = text[len(bos) :]  # tokenizing adds BOS itself
     return text.encode()

@@ -49,8 +49,8 @@ import jinja2.exceptions
 import jinja2.ext
 import jinja2.nodes
 import jinja2.parser
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 import orjson
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .config import json_type
 from .errors import invalid
@@ -111,9 +111,7 @@ def _tojson(
     sort_keys: bool = False,
 ) -> str:
     """``tojson`` as Transformers defines it: plain ``json.dumps``, non-ASCII kept."""
-    return json.dumps(
-        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-    )
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
 def _environment() -> ImmutableSandboxedEnvironment:

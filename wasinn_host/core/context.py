@@ -51,8 +51,9 @@ class Graph:
         return self.model.stale
 
 
-def open_graph(registry: ModelRegistry, acquire: Callable[[ModelParams], LoadedModel],
-               config: ParsedConfig, name: str | None) -> Graph:
+def open_graph(
+    registry: ModelRegistry, acquire: Callable[[ModelParams], LoadedModel], config: ParsedConfig, name: str | None
+) -> Graph:
     """Load (or share) the model for ``config``'s load-time keys and wrap it in a Graph.
 
     ``acquire`` is ``registry.acquire_named`` or ``acquire_bytes`` with its other arguments
@@ -99,8 +100,12 @@ class InferenceContext:
         """Per-context keys change this context; load-time keys are never applied here."""
         params = config.apply_context(self.params)
         if params.stopping.n_predict > self.limits.max_n_predict:
-            raise self.limits.refuse(ErrorKind.INVALID_ARGUMENT, f"n-predict {params.stopping.n_predict}",
-                                     "max_n_predict", self.limits.max_n_predict)
+            raise self.limits.refuse(
+                ErrorKind.INVALID_ARGUMENT,
+                f"n-predict {params.stopping.n_predict}",
+                "max_n_predict",
+                self.limits.max_n_predict,
+            )
         if params.sampling != self.params.sampling:
             self.model.weights.check_sampling(params.sampling)
         self.params = params
@@ -111,13 +116,15 @@ class InferenceContext:
     def _warn_load_time_keys(self, config: ParsedConfig) -> None:
         changed = [
             f"{MODEL_KEY_NAMES[k]}={_json(v)} (loaded with {_loaded_value(self.model, k)})"
-            for k, v in config.model.items() if getattr(self.model.params, k) != v
+            for k, v in config.model.items()
+            if getattr(self.model.params, k) != v
         ]
         if changed:
             log.warning(
                 "model %s: load-time keys in per-context metadata are ignored, the model is not reloaded: %s; "
                 "pass them when loading the graph instead",
-                self.model.label, ", ".join(changed),
+                self.model.label,
+                ", ".join(changed),
             )
 
     def set_prompt(self, data: bytes) -> None:
@@ -157,14 +164,20 @@ class InferenceContext:
             return self._generate_embedding(tokens)
         stop = self.params.stopping
         limit = stop.n_predict if stop.n_predict >= 0 else INT32_MAX
-        return self._run(self._request(tokens, limit=min(limit, self.limits.max_n_predict),
-                                       on_piece=print_piece if stop.stream_stdout else None))
+        return self._run(
+            self._request(
+                tokens,
+                limit=min(limit, self.limits.max_n_predict),
+                on_piece=print_piece if stop.stream_stdout else None,
+            )
+        )
 
     def _generate_embedding(self, tokens: list[int]) -> GenerationResult:
         n_batch = self.model.worker.context.n_batch
         if len(tokens) > n_batch:
-            raise WasiNNError(ErrorKind.PROMPT_TOO_LONG,
-                              f"embedding input of {len(tokens)} tokens exceeds batch-size {n_batch}")
+            raise WasiNNError(
+                ErrorKind.PROMPT_TOO_LONG, f"embedding input of {len(tokens)} tokens exceeds batch-size {n_batch}"
+            )
         result = self._run(self._request(tokens, limit=0, embed=True))
         self.embedding = normalize(result.embedding, self.params.options.embd_normalize)
         return result
@@ -199,10 +212,18 @@ class InferenceContext:
         options = self.params.options
         queue_timeout = options.queue_timeout_ms if options.queue_timeout_ms >= 0 else self.limits.queue_timeout_ms
         return GenerationRequest(
-            tuple(tokens), limit=limit, sampling=self.params.sampling, stopping=self.params.stopping,
-            cache_prompt=options.cache_prompt, priority=options.priority, queue_timeout_ms=queue_timeout,
-            max_queue=self.limits.max_queue, ctx_shift=options.ctx_shift, n_keep=options.n_keep,
-            max_output_bytes=self.limits.max_output_bytes, **kwargs,
+            tuple(tokens),
+            limit=limit,
+            sampling=self.params.sampling,
+            stopping=self.params.stopping,
+            cache_prompt=options.cache_prompt,
+            priority=options.priority,
+            queue_timeout_ms=queue_timeout,
+            max_queue=self.limits.max_queue,
+            ctx_shift=options.ctx_shift,
+            n_keep=options.n_keep,
+            max_output_bytes=self.limits.max_output_bytes,
+            **kwargs,
         )
 
     def _run(self, request: GenerationRequest) -> GenerationResult:
@@ -253,14 +274,18 @@ class InferenceContext:
             prompt_ms=round(result.prompt_ms, 3),
             generation_ms=round(result.generation_ms, 3),
             tokens_per_second=round(len(result.generated) / (result.generation_ms / 1000.0), 3)
-            if result.generation_ms > 0 else 0.0,
+            if result.generation_ms > 0
+            else 0.0,
             reused_tokens=result.reused_tokens,
         )
         if result.probs:
             piece = self.model.weights.piece
             meta["probs"] = [
-                {"id": token, "piece": piece(token).decode("utf-8", "replace"),
-                 "top": [{"id": t, "piece": piece(t).decode("utf-8", "replace"), "p": round(p, 6)} for t, p in top]}
+                {
+                    "id": token,
+                    "piece": piece(token).decode("utf-8", "replace"),
+                    "top": [{"id": t, "piece": piece(t).decode("utf-8", "replace"), "p": round(p, 6)} for t, p in top],
+                }
                 for token, top in result.probs
             ]
         return meta

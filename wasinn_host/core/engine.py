@@ -132,8 +132,11 @@ class ModelWorker:
                 return job.result
             if len(self._incoming) + len(self._waiting) >= request.max_queue:
                 self.rejected += 1
-                self._finish(job, StopReason.QUEUE_FULL,
-                             f"queue full: {request.max_queue} requests are waiting for model {self.name}")
+                self._finish(
+                    job,
+                    StopReason.QUEUE_FULL,
+                    f"queue full: {request.max_queue} requests are waiting for model {self.name}",
+                )
                 return job.result
             self._submitted += 1
             job.order = self._submitted
@@ -220,8 +223,11 @@ class ModelWorker:
             if job.state.cancelled:
                 self._finish(job, StopReason.CANCELLED)
             elif timeout_ms and (now - job.t_start) * 1000.0 > timeout_ms:
-                log.warning("model %s: a request waited more than queue-timeout-ms=%d for a free sequence; "
-                            "answered Busy", self.name, timeout_ms)
+                log.warning(
+                    "model %s: a request waited more than queue-timeout-ms=%d for a free sequence; answered Busy",
+                    self.name,
+                    timeout_ms,
+                )
                 self._finish(job, StopReason.QUEUE_TIMEOUT)
             elif still_waiting and not self._has_free_slot():
                 still_waiting.append(job)
@@ -347,7 +353,7 @@ class ModelWorker:
             for offset in range(take):
                 pos = start + offset
                 index = batch.add(job.tokens[pos], pos, slot.seq_id, last and offset == take - 1)
-            slot.kv.extend(job.tokens[start:start + take])
+            slot.kv.extend(job.tokens[start : start + take])
             job.logits_index = index if last else -1
             in_batch.append(job)
         return in_batch
@@ -431,9 +437,12 @@ class ModelWorker:
         if stop.max_time_ms and (time.perf_counter() - job.t_start) * 1000.0 >= stop.max_time_ms:
             return StopReason.MAX_TIME
         if len(result.text) > request.max_output_bytes:
-            log.warning("model %s: output reached max_output_bytes=%d; generation stopped "
-                        "(raise it with Limits(max_output_bytes=...) or `wasinn run --max-output-bytes`)",
-                        self.name, request.max_output_bytes)
+            log.warning(
+                "model %s: output reached max_output_bytes=%d; generation stopped "
+                "(raise it with Limits(max_output_bytes=...) or `wasinn run --max-output-bytes`)",
+                self.name,
+                request.max_output_bytes,
+            )
             return StopReason.OUTPUT_LIMIT
         if len(job.tokens) + 1 > self.n_ctx_seq and not (request.ctx_shift and self._shift(job)):
             return StopReason.CONTEXT_FULL
@@ -448,8 +457,8 @@ class ModelWorker:
         if n_discard <= 0 or not self.context.can_shift():
             return False
         self.context.seq_shift(slot.seq_id, n_keep, n_discard)
-        del slot.kv[n_keep:n_keep + n_discard]
-        del job.tokens[n_keep:n_keep + n_discard]
+        del slot.kv[n_keep : n_keep + n_discard]
+        del job.tokens[n_keep : n_keep + n_discard]
         return True
 
     def _finish(self, job: Job, reason: StopReason, message: str = "", kind: ErrorKind | None = None) -> None:

@@ -41,8 +41,11 @@ class Limits:
     def refuse(self, kind: ErrorKind, what: str, limit_name: str, value: int) -> WasiNNError:
         """The error for exceeding ``limit_name``; the message says how to raise it."""
         option = "--" + limit_name.replace("_", "-")
-        return WasiNNError(kind, f"{what}: limit {limit_name}={value} reached "
-                                  f"(raise it with Limits({limit_name}=...) or `wasinn run {option}`)")
+        return WasiNNError(
+            kind,
+            f"{what}: limit {limit_name}={value} reached "
+            f"(raise it with Limits({limit_name}=...) or `wasinn run {option}`)",
+        )
 
 
 def physical_memory() -> int:

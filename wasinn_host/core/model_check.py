@@ -22,10 +22,18 @@ def check_model_file(path: Path) -> None:
     """Raise an invalid-argument error naming the cause if llama.cpp cannot load ``path`` (tried in a child process)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     try:
-        proc = subprocess.run([sys.executable, "-m", "wasinn_host.core.model_check", str(path)], capture_output=True,
-                              text=True, timeout=CHECK_TIMEOUT_S, env=env, check=False)
+        proc = subprocess.run(
+            [sys.executable, "-m", "wasinn_host.core.model_check", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=CHECK_TIMEOUT_S,
+            env=env,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
-        raise WasiNNError(ErrorKind.INVALID_ARGUMENT, f"model check of {str(path)!r} took over {CHECK_TIMEOUT_S} s") from None
+        raise WasiNNError(
+            ErrorKind.INVALID_ARGUMENT, f"model check of {str(path)!r} took over {CHECK_TIMEOUT_S} s"
+        ) from None
     if proc.returncode == 0:
         return
     detail = proc.stdout.strip().splitlines()[-1:] or proc.stderr.strip().splitlines()[-1:]

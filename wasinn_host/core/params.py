@@ -58,7 +58,7 @@ class SamplingParams:
     dry_base: float = 1.75
     dry_allowed_length: int = 2
     dry_last_n: int = -1
-    dry_sequence_breakers: tuple[str, ...] = ("\n", ":", "\"", "*")
+    dry_sequence_breakers: tuple[str, ...] = ("\n", ":", '"', "*")
     min_keep: int = 0
     seed: int = DEFAULT_SEED
     logit_bias: tuple[tuple[int, float], ...] = ()

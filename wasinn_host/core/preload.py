@@ -43,12 +43,21 @@ class Target(enum.IntEnum):
 
 
 _ENCODING_NAMES = {
-    "openvino": Encoding.OPENVINO, "onnx": Encoding.ONNX, "tensorflow": Encoding.TENSORFLOW,
-    "pytorch": Encoding.PYTORCH, "pytorchaoti": Encoding.PYTORCH,
-    "tensorflowlite": Encoding.TENSORFLOWLITE, "autodetect": Encoding.AUTODETECT,
-    "ggml": Encoding.GGML, "neuralspeed": Encoding.NEURALSPEED, "whisper": Encoding.WHISPER,
-    "mlx": Encoding.MLX, "piper": Encoding.PIPER, "chattts": Encoding.CHATTTS,
-    "openvinogenai": Encoding.OPENVINOGENAI, "bitnet": Encoding.BITNET,
+    "openvino": Encoding.OPENVINO,
+    "onnx": Encoding.ONNX,
+    "tensorflow": Encoding.TENSORFLOW,
+    "pytorch": Encoding.PYTORCH,
+    "pytorchaoti": Encoding.PYTORCH,
+    "tensorflowlite": Encoding.TENSORFLOWLITE,
+    "autodetect": Encoding.AUTODETECT,
+    "ggml": Encoding.GGML,
+    "neuralspeed": Encoding.NEURALSPEED,
+    "whisper": Encoding.WHISPER,
+    "mlx": Encoding.MLX,
+    "piper": Encoding.PIPER,
+    "chattts": Encoding.CHATTTS,
+    "openvinogenai": Encoding.OPENVINOGENAI,
+    "bitnet": Encoding.BITNET,
 }
 _TARGET_NAMES = {"cpu": Target.CPU, "gpu": Target.GPU, "tpu": Target.TPU, "auto": Target.AUTO}
 

@@ -60,8 +60,15 @@ class LoadedModel:
         return self.worker.n_ctx_seq
 
 
-def _open_model(runtime: Runtime, path: Path, params: ModelParams, label: str, key: tuple[object, ...], keep: bool,
-                make_room: Callable[[int], int]) -> LoadedModel:
+def _open_model(
+    runtime: Runtime,
+    path: Path,
+    params: ModelParams,
+    label: str,
+    key: tuple[object, ...],
+    keep: bool,
+    make_room: Callable[[int], int],
+) -> LoadedModel:
     started = time.perf_counter()
     weights = runtime.load_model(path, params)
     try:
@@ -69,10 +76,14 @@ def _open_model(runtime: Runtime, path: Path, params: ModelParams, label: str, k
         kv = runtime.kv_cache_bytes(weights, n_ctx_seq * params.n_parallel)
         kv_room = make_room(kv)
         if kv > kv_room:
-            raise WasiNNError(ErrorKind.TOO_LARGE, (
-                f"model {label}: a KV cache of {kv >> 20} MiB ({params.n_parallel} sequences x {n_ctx_seq} tokens) "
-                f"exceeds the {kv_room >> 20} MiB left under limit max_kv_bytes (lower ctx-size or n-parallel, or "
-                f"raise it with Limits(max_kv_bytes=...) or `wasinn run --max-kv-bytes`)"))
+            raise WasiNNError(
+                ErrorKind.TOO_LARGE,
+                (
+                    f"model {label}: a KV cache of {kv >> 20} MiB ({params.n_parallel} sequences x {n_ctx_seq} tokens) "
+                    f"exceeds the {kv_room >> 20} MiB left under limit max_kv_bytes (lower ctx-size or n-parallel, or "
+                    f"raise it with Limits(max_kv_bytes=...) or `wasinn run --max-kv-bytes`)"
+                ),
+            )
         context = runtime.new_context(weights, params, n_ctx_seq)
     except BaseException:
         weights.close()
@@ -80,8 +91,13 @@ def _open_model(runtime: Runtime, path: Path, params: ModelParams, label: str, k
     worker = ModelWorker(weights, context, label)
     log.info(
         "loaded model %s from %s in %.0f ms (%s, %d sequences x %d tokens, %d threads)",
-        label, path, (time.perf_counter() - started) * 1000, weights.description,
-        context.n_seq, n_ctx_seq, context.threads,
+        label,
+        path,
+        (time.perf_counter() - started) * 1000,
+        weights.description,
+        context.n_seq,
+        n_ctx_seq,
+        context.threads,
     )
     return LoadedModel(key, label, params, weights, worker, keep, path=path)
 
@@ -93,13 +109,15 @@ class ModelRegistry:
     loaded for the next user.  The KV budget of a load is the caller's ``Limits.max_kv_bytes``.
     """
 
-    def __init__(self, preloads: Iterable[Preload | str] = (), *, runtime: Runtime | None = None,
-                 max_idle_models: int = 4) -> None:
+    def __init__(
+        self, preloads: Iterable[Preload | str] = (), *, runtime: Runtime | None = None, max_idle_models: int = 4
+    ) -> None:
         if runtime is None:
             from .llama import LlamaRuntime
 
-            runtime = LlamaRuntime()
-        self.runtime: Runtime = runtime
+            self.runtime: Runtime = LlamaRuntime()
+        else:
+            self.runtime = runtime
         self.max_idle_models = max_idle_models
         self._lock = threading.RLock()
         self._preloads: dict[str, Preload] = {}
@@ -123,6 +141,7 @@ class ModelRegistry:
             return dict(self._preloads)
 
     def has_preload(self, name: str) -> bool:
+        """Whether ``name`` is preloaded."""
         with self._lock:
             return name in self._preloads
 
@@ -137,16 +156,28 @@ class ModelRegistry:
         with self._lock:
             preload = self._preloads.get(name)
             if preload is None:
-                raise WasiNNError(ErrorKind.NOT_FOUND, f"model name {name!r} is not preloaded; known names: "
-                                  f"{', '.join(sorted(self._preloads)) or '(none)'}")
+                raise WasiNNError(
+                    ErrorKind.NOT_FOUND,
+                    f"model name {name!r} is not preloaded; known names: "
+                    f"{', '.join(sorted(self._preloads)) or '(none)'}",
+                )
             path = preload.path
             if not path.is_file():
-                raise WasiNNError(ErrorKind.MODEL_NOT_FOUND, f"model file {str(path)!r} for name {name!r} does not exist")
+                raise WasiNNError(
+                    ErrorKind.MODEL_NOT_FOUND, f"model file {str(path)!r} for name {name!r} does not exist"
+                )
             key = ("file", str(path.resolve()), params)
             model = self._models.get(key)
             if model is None:
-                model = _open_model(self.runtime, path, params, name, key, keep=True,
-                                    make_room=functools.partial(self._make_room, kv_budget))
+                model = _open_model(
+                    self.runtime,
+                    path,
+                    params,
+                    name,
+                    key,
+                    keep=True,
+                    make_room=functools.partial(self._make_room, kv_budget),
+                )
                 model.name = name
                 self._models[key] = model
             model.refs += 1
@@ -155,8 +186,10 @@ class ModelRegistry:
     def acquire_bytes(self, data: bytes, params: ModelParams, kv_budget: int = 0) -> LoadedModel:
         """A model from GGUF bytes a guest sent; identical bytes share one model.  No file is left behind."""
         if not data.startswith(GGUF_MAGIC):
-            raise WasiNNError(ErrorKind.INVALID_ARGUMENT,
-                              f"load: builders[0] is not a GGUF model (starts with {data[:4]!r}, expected {GGUF_MAGIC!r})")
+            raise WasiNNError(
+                ErrorKind.INVALID_ARGUMENT,
+                f"load: builders[0] is not a GGUF model (starts with {data[:4]!r}, expected {GGUF_MAGIC!r})",
+            )
         digest = hashlib.sha256(data).hexdigest()
         key = ("bytes", digest, params)
         with self._lock:
@@ -174,8 +207,15 @@ class ModelRegistry:
                         if len(self._rejected) < 1024:
                             self._rejected[digest] = err.message
                         raise
-                    model = _open_model(self.runtime, Path(name), params, f"bytes:{digest[:12]}", key, keep=False,
-                                        make_room=functools.partial(self._make_room, kv_budget))
+                    model = _open_model(
+                        self.runtime,
+                        Path(name),
+                        params,
+                        f"bytes:{digest[:12]}",
+                        key,
+                        keep=False,
+                        make_room=functools.partial(self._make_room, kv_budget),
+                    )
                 finally:
                     os.unlink(name)
                 self._models[key] = model

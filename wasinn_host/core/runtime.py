@@ -1,5 +1,8 @@
 """What the core needs from an inference library, as protocols.
 
+Objects pass between one runtime's own classes (its contexts decode its batches), so those
+parameters are typed ``Any`` here.
+
 The engine and the registry are written against these, not against llama.cpp: the real
 implementation is :mod:`wasinn_host.core.llama` (llama-cpp-python), and
 :mod:`wasinn_host.backend.fake` answers deterministically in pure Python so scheduling and
@@ -9,7 +12,7 @@ the front ends can be tested in milliseconds.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from .params import ModelParams, SamplingParams
 
@@ -25,13 +28,26 @@ class Model(Protocol):
     eos: int
 
     @property
-    def description(self) -> str: ...
-    def tokenize(self, text: bytes, add_special: bool = True, parse_special: bool = True) -> list[int]: ...
-    def piece(self, token: int) -> bytes: ...
-    def is_eog(self, token: int) -> bool: ...
-    def chat_template(self) -> str | None: ...
-    def check_sampling(self, params: SamplingParams) -> None: ...
-    def close(self) -> None: ...
+    def description(self) -> str:
+        """One line: architecture, size, quantisation."""
+
+    def tokenize(self, text: bytes, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Text to token ids (BOS added, special-token text parsed)."""
+
+    def piece(self, token: int) -> bytes:
+        """The bytes of one token, special tokens rendered."""
+
+    def is_eog(self, token: int) -> bool:
+        """Whether the token ends a generation."""
+
+    def chat_template(self) -> str | None:
+        """The model's chat template, if it has one."""
+
+    def check_sampling(self, params: SamplingParams) -> None:
+        """Refuse (invalid argument) sampling parameters this model cannot use."""
+
+    def close(self) -> None:
+        """Free what it holds."""
 
 
 class Batch(Protocol):
@@ -40,38 +56,68 @@ class Batch(Protocol):
     capacity: int
     n: int
 
-    def clear(self) -> None: ...
-    def add(self, token: int, pos: int, seq_id: int, want_logits: bool) -> int: ...
-    def close(self) -> None: ...
+    def clear(self) -> None:
+        """Empty the batch."""
+
+    def add(self, token: int, pos: int, seq_id: int, want_logits: bool) -> int:
+        """Append a token; return its index in the batch."""
+
+    def close(self) -> None:
+        """Free what it holds."""
 
 
 class Sampler(Protocol):
     """A sampler chain for one execution context."""
 
-    def sample(self, ctx: "Context", batch_index: int) -> int: ...
-    def reset(self) -> None: ...
-    def close(self) -> None: ...
+    def sample(self, ctx: Any, batch_index: int) -> int:
+        """Sample (and accept) a token from the logits at ``batch_index`` of ``ctx``'s last decode."""
+
+    def reset(self) -> None:
+        """Forget the history (penalties, mirostat state)."""
+
+    def close(self) -> None:
+        """Free what it holds."""
 
 
 class Context(Protocol):
     """An inference context with ``n_seq`` sequences of ``n_ctx_seq`` tokens each."""
 
-    model: Model
+    @property
+    def model(self) -> Model:
+        """The model this context runs."""
+
     n_seq: int
     n_ctx_seq: int
     n_batch: int
     threads: int
     kv_bytes: int
 
-    def new_batch(self) -> Batch: ...
-    def new_sampler(self, params: SamplingParams) -> Sampler: ...
-    def decode(self, batch: Batch) -> int: ...
-    def seq_rm(self, seq_id: int, start: int) -> None: ...
-    def can_shift(self) -> bool: ...
-    def seq_shift(self, seq_id: int, keep: int, discard: int) -> None: ...
-    def embeddings(self, seq_id: int, batch_index: int) -> list[float]: ...
-    def top_probabilities(self, batch_index: int, n: int) -> list[tuple[int, float]]: ...
-    def close(self) -> None: ...
+    def new_batch(self) -> Batch:
+        """A batch of up to ``n_batch`` tokens."""
+
+    def new_sampler(self, params: SamplingParams) -> Sampler:
+        """A sampler chain for one execution context."""
+
+    def decode(self, batch: Any) -> int:
+        """Decode a batch this context made; 0 on success."""
+
+    def seq_rm(self, seq_id: int, start: int) -> None:
+        """Drop a sequence's cells from ``start`` on."""
+
+    def can_shift(self) -> bool:
+        """Whether cell positions can move (context shift)."""
+
+    def seq_shift(self, seq_id: int, keep: int, discard: int) -> None:
+        """Drop ``discard`` cells after the first ``keep`` and move the rest back."""
+
+    def embeddings(self, seq_id: int, batch_index: int) -> list[float]:
+        """The embedding of a sequence (pooled, or the token at ``batch_index``)."""
+
+    def top_probabilities(self, batch_index: int, n: int) -> list[tuple[int, float]]:
+        """The ``n`` most likely next tokens and their probabilities."""
+
+    def close(self) -> None:
+        """Free what it holds."""
 
 
 class Runtime(Protocol):
@@ -80,7 +126,14 @@ class Runtime(Protocol):
     build_number: int
     commit: str
 
-    def load_model(self, path: Path, params: ModelParams) -> Model: ...
-    def new_context(self, model: Model, params: ModelParams, n_ctx_seq: int) -> Context: ...
-    def kv_cache_bytes(self, model: Model, n_ctx: int) -> int: ...
-    def check_model_file(self, path: Path) -> None: ...
+    def load_model(self, path: Path, params: ModelParams) -> Model:
+        """Load weights and vocabulary (invalid argument if the file cannot be loaded)."""
+
+    def new_context(self, model: Any, params: ModelParams, n_ctx_seq: int) -> Context:
+        """A context on a model this runtime loaded."""
+
+    def kv_cache_bytes(self, model: Any, n_ctx: int) -> int:
+        """Bytes of KV cache for ``n_ctx`` cells of a model this runtime loaded."""
+
+    def check_model_file(self, path: Path) -> None:
+        """Refuse (invalid argument) an untrusted file before it is loaded in this process."""

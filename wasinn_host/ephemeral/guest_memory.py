@@ -45,9 +45,7 @@ class GuestMemory:
         ptr &= U32_MASK
         length &= U32_MASK
         if ptr + length > self._size:
-            raise invalid(
-                f"{what}: guest range [{ptr}, {ptr + length}) is outside memory of {self._size} bytes"
-            )
+            raise invalid(f"{what}: guest range [{ptr}, {ptr + length}) is outside memory of {self._size} bytes")
         return self._base + ptr
 
     def read(self, ptr: int, length: int, what: str) -> bytes:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
-import time
 import weakref
 from typing import Callable, Iterable
 
@@ -101,8 +100,13 @@ class WasiNNImports:
     WasmEdge <= 0.16.3 did (LlamaEdge's apps rely on it), never past the end of guest memory.
     """
 
-    def __init__(self, backend: Backend, limits: Limits | None = None,
-                 allowed: Iterable[str] | None = None, legacy_output: bool = False) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        limits: Limits | None = None,
+        allowed: Iterable[str] | None = None,
+        legacy_output: bool = False,
+    ) -> None:
         self.backend = backend
         self.limits = limits or Limits()
         self.legacy_output = legacy_output
@@ -116,8 +120,7 @@ class WasiNNImports:
 
     def _new_state(self, allowed: Iterable[str] | None = None) -> StoreState:
         self._start_reaper()
-        return StoreState(self.limits, self.contexts_alive,
-                          allowed if allowed is not None else self.allowed)
+        return StoreState(self.limits, self.contexts_alive, allowed if allowed is not None else self.allowed)
 
     def attach(self, store: wasmtime.Store, allowed: Iterable[str] | None = None) -> StoreState:
         """Register a Store: its state is freed with it, and its memory export is cached.
@@ -148,6 +151,7 @@ class WasiNNImports:
         state.close()
 
     def state_count(self) -> int:
+        """The number of Stores with handle tables now."""
         with self._lock:
             return len(self._states)
 
@@ -177,8 +181,11 @@ class WasiNNImports:
         for state in self.states():
             reaped = state.reap_idle(idle)
             if reaped:
-                log.info("finalised %d execution contexts idle for more than idle_timeout_ms=%d",
-                         reaped, self.limits.idle_timeout_ms)
+                log.info(
+                    "finalised %d execution contexts idle for more than idle_timeout_ms=%d",
+                    reaped,
+                    self.limits.idle_timeout_ms,
+                )
 
     def _state(self, key: int) -> StoreState:
         state = self._states.get(key)
@@ -187,8 +194,10 @@ class WasiNNImports:
                 state = self._states.setdefault(key, self._new_state())
             if not self._warned_unattached:
                 self._warned_unattached = True
-                log.warning("a Store not attached with WasiNN.attach() called wasi_ephemeral_nn; "
-                            "its handles are kept until WasiNN.detach()")
+                log.warning(
+                    "a Store not attached with WasiNN.attach() called wasi_ephemeral_nn; "
+                    "its handles are kept until WasiNN.detach()"
+                )
         return state
 
     @staticmethod
@@ -219,8 +228,14 @@ class WasiNNImports:
             except WasiNNError as err:
                 errno = errno_for(err.kind)
                 if err.kind not in _QUIET:
-                    log.warning("wasi-nn %s: %s (errno %d %s)", name, err.message, errno, errno.name,
-                                extra=_log_fields(name, args, errno))
+                    log.warning(
+                        "wasi-nn %s: %s (errno %d %s)",
+                        name,
+                        err.message,
+                        errno,
+                        errno.name,
+                        extra=_log_fields(name, args, errno),
+                    )
                 return int(errno)
             except Exception as exc:  # a host bug must not take the guest down with a trap
                 log.exception("wasi-nn %s: internal error: %s", name, exc)
@@ -231,40 +246,64 @@ class WasiNNImports:
 
     # -- loading -------------------------------------------------------------------
 
-    def load(self, mem: GuestMemory, state: StoreState, builders_ptr: int, builders_len: int,
-             encoding: int, target: int, graph_out: int) -> None:
+    def load(
+        self,
+        mem: GuestMemory,
+        state: StoreState,
+        builders_ptr: int,
+        builders_len: int,
+        encoding: int,
+        target: int,
+        graph_out: int,
+    ) -> None:
+        """``load(builders, n, encoding, target, *graph)``: a model from GGUF bytes in ``builders[0]``
+        (``builders[1]``: optional config JSON); GGML encoding and CPU/GPU/TPU target only."""
         encoding &= U32_MASK
         target &= U32_MASK
         if encoding != Encoding.GGML:
             name = Encoding(encoding).name if encoding in Encoding._value2member_map_ else "unknown"
-            raise WasiNNError(ErrorKind.INVALID_ENCODING,
-                              f"load: encoding {encoding} ({name}) is not supported; accepted: 6 (GGML)")
+            raise WasiNNError(
+                ErrorKind.INVALID_ENCODING, f"load: encoding {encoding} ({name}) is not supported; accepted: 6 (GGML)"
+            )
         if target not in (Target.CPU, Target.GPU, Target.TPU):
             raise invalid(f"load: execution target {target} is not accepted; accepted: 0 (CPU), 1 (GPU), 2 (TPU)")
         count = builders_len & U32_MASK
         if count == 0:
             raise invalid("load: the graph-builder array is empty; builders[0] must hold the GGUF bytes")
         if not self.limits.allow_load_bytes:
-            raise WasiNNError(ErrorKind.UNSUPPORTED,
-                              "load: loading models from guest bytes is disabled on this host "
-                              "(Limits(allow_load_bytes=True) or drop `wasinn run --no-load-bytes`); use load_by_name")
+            raise WasiNNError(
+                ErrorKind.UNSUPPORTED,
+                "load: loading models from guest bytes is disabled on this host "
+                "(Limits(allow_load_bytes=True) or drop `wasinn run --no-load-bytes`); use load_by_name",
+            )
         state.check_graph_room()
         entries = mem.read_u32s(builders_ptr, 2 * min(count, 2), "load builders")
         if entries[1] > self.limits.max_load_bytes:
-            raise self.limits.refuse(ErrorKind.TOO_LARGE, f"load: model of {entries[1]} bytes", "max_load_bytes",
-                                     self.limits.max_load_bytes)
+            raise self.limits.refuse(
+                ErrorKind.TOO_LARGE, f"load: model of {entries[1]} bytes", "max_load_bytes", self.limits.max_load_bytes
+            )
         mem.check(graph_out, 4, "load graph_id_out")
         model_bytes = mem.read(entries[0], entries[1], "load builders[0]")
         if model_bytes.startswith(PRELOAD_PREFIX):
-            raise invalid("load: 'preload:<path>' builders are refused: guests may not name host files; "
-                          "use load_by_name with a name the host preloaded")
+            raise invalid(
+                "load: 'preload:<path>' builders are refused: guests may not name host files; "
+                "use load_by_name with a name the host preloaded"
+            )
         config = mem.read(entries[2], entries[3], "load builders[1]") if count >= 2 else b""
         parsed = parse_config(config) if config else EMPTY_CONFIG
         graph = self.backend.load_bytes(model_bytes, parsed)
         mem.write_u32(graph_out, state.add_graph(graph), "load graph_id_out")
 
-    def _load_named(self, mem: GuestMemory, state: StoreState, name_ptr: int, name_len: int,
-                    config: ParsedConfig | None, graph_out: int) -> None:
+    def _load_named(
+        self,
+        mem: GuestMemory,
+        state: StoreState,
+        name_ptr: int,
+        name_len: int,
+        config: ParsedConfig | None,
+        graph_out: int,
+    ) -> None:
+        """Load ``name`` (or return the Store's cached handle for it) and write the graph handle."""
         raw = mem.read(name_ptr, name_len, "model name")
         mem.check(graph_out, 4, "graph_id_out")
         try:
@@ -282,21 +321,33 @@ class WasiNNImports:
         state.by_name[name] = handle
         mem.write_u32(graph_out, handle, "graph_id_out")
 
-    def load_by_name(self, mem: GuestMemory, state: StoreState, name_ptr: int, name_len: int,
-                     graph_out: int) -> None:
+    def load_by_name(self, mem: GuestMemory, state: StoreState, name_ptr: int, name_len: int, graph_out: int) -> None:
+        """``load_by_name(name, len, *graph)``: a model the host preloaded under ``name``."""
         self._load_named(mem, state, name_ptr, name_len, None, graph_out)
 
-    def load_by_name_with_config(self, mem: GuestMemory, state: StoreState, name_ptr: int, name_len: int,
-                                 config_ptr: int, config_len: int, graph_out: int) -> None:
+    def load_by_name_with_config(
+        self,
+        mem: GuestMemory,
+        state: StoreState,
+        name_ptr: int,
+        name_len: int,
+        config_ptr: int,
+        config_len: int,
+        graph_out: int,
+    ) -> None:
+        """``load_by_name_with_config(name, len, config, len, *graph)``: as ``load_by_name``, with config
+        JSON (load-time keys choose the model instance; the rest are the contexts' defaults)."""
         text = mem.read(config_ptr, config_len, "config")
         self._load_named(mem, state, name_ptr, name_len, parse_config(text), graph_out)
 
     def unload(self, mem: GuestMemory, state: StoreState, graph: int) -> None:
+        """``unload(graph)``: forget the graph; its contexts fail from now on, as in WasmEdge."""
         state.unload(graph)
 
     # -- contexts ------------------------------------------------------------------
 
     def init_execution_context(self, mem: GuestMemory, state: StoreState, graph: int, ctx_out: int) -> None:
+        """``init_execution_context(graph, *ctx)``: a new conversation on the graph."""
         target = state.graph(graph)
         mem.check(ctx_out, 4, "ctx_out")
         state.check_context_room()
@@ -304,15 +355,19 @@ class WasiNNImports:
         mem.write_u32(ctx_out, handle, "ctx_out")
 
     def finalize_execution_context(self, mem: GuestMemory, state: StoreState, ctx: int) -> None:
+        """``finalize_execution_context(ctx)``: free the context."""
         state.finalize(ctx)
 
     def set_input(self, mem: GuestMemory, state: StoreState, ctx: int, index: int, tensor_ptr: int) -> None:
+        """``set_input(ctx, index, *tensor)``: a U8 tensor; index 1 is metadata JSON, any other the prompt."""
         context = state.context(ctx)
         dims_ptr, dims_len, ttype, data_ptr, data_len = mem.read_u32s(tensor_ptr, 5, "tensor struct")
         ttype &= 0xFF
         if ttype not in U8_TYPES:
-            raise invalid(f"set_input: tensor type {ttype} is not accepted; prompt and metadata are "
-                          f"bytes: U8 (3, or 2 before WasmEdge 0.14.1)")
+            raise invalid(
+                f"set_input: tensor type {ttype} is not accepted; prompt and metadata are "
+                f"bytes: U8 (3, or 2 before WasmEdge 0.14.1)"
+            )
         if dims_len > MAX_DIMS:
             raise invalid(f"set_input: {dims_len} dimensions; at most {MAX_DIMS} are accepted ([1] or [len])")
         dims = mem.read_u32s(dims_ptr, dims_len, "tensor dims")
@@ -322,29 +377,38 @@ class WasiNNImports:
         if dims and product not in (1, data_len):
             raise invalid(f"set_input: dims {list(dims)} do not describe {data_len} bytes; use [1] or [{data_len}]")
         if data_len > self.limits.max_prompt_bytes:
-            raise self.limits.refuse(ErrorKind.TOO_LARGE, f"set_input: input of {data_len} bytes", "max_prompt_bytes",
-                                     self.limits.max_prompt_bytes)
+            raise self.limits.refuse(
+                ErrorKind.TOO_LARGE,
+                f"set_input: input of {data_len} bytes",
+                "max_prompt_bytes",
+                self.limits.max_prompt_bytes,
+            )
         data = mem.read(data_ptr, data_len, "tensor data")
         context.set_input(index & U32_MASK, data)
 
     def compute(self, mem: GuestMemory, state: StoreState, ctx: int) -> None:
+        """``compute(ctx)``: generate the whole answer (context full: output kept, reported)."""
         state.context(ctx).compute()
 
     def compute_single(self, mem: GuestMemory, state: StoreState, ctx: int) -> None:
+        """``compute_single(ctx)``: generate one token (end-of-sequence reported at the end)."""
         state.context(ctx).compute_single()
 
     def fini_single(self, mem: GuestMemory, state: StoreState, ctx: int) -> None:
+        """``fini_single(ctx)``: end a stream; the next ``compute_single`` starts over."""
         state.context(ctx).fini_single()
 
-    def get_output(self, mem: GuestMemory, state: StoreState, ctx: int, index: int,
-                   out_ptr: int, out_max: int, written_ptr: int) -> None:
+    def get_output(
+        self, mem: GuestMemory, state: StoreState, ctx: int, index: int, out_ptr: int, out_max: int, written_ptr: int
+    ) -> None:
+        """``get_output(ctx, index, buf, len, *written)``: index 1 the metadata JSON, else the whole output."""
         self._copy_out(mem, state.context(ctx).get_output(index & U32_MASK), out_ptr, out_max, written_ptr)
 
-    def get_output_single(self, mem: GuestMemory, state: StoreState, ctx: int, index: int,
-                          out_ptr: int, out_max: int, written_ptr: int) -> None:
-        self._copy_out(mem, state.context(ctx).get_output_single(index & U32_MASK), out_ptr, out_max,
-                       written_ptr)
-
+    def get_output_single(
+        self, mem: GuestMemory, state: StoreState, ctx: int, index: int, out_ptr: int, out_max: int, written_ptr: int
+    ) -> None:
+        """``get_output_single(ctx, index, buf, len, *written)``: index 1 the metadata JSON, else the last piece."""
+        self._copy_out(mem, state.context(ctx).get_output_single(index & U32_MASK), out_ptr, out_max, written_ptr)
 
     def _copy_out(self, mem: GuestMemory, data: bytes, out_ptr: int, out_max: int, written_ptr: int) -> None:
         """Copy output to the guest; too small a buffer gets TooLarge, the needed size and no bytes.
@@ -361,18 +425,31 @@ class WasiNNImports:
         if needed > out_max:
             mem.write_u32(written_ptr, needed, "bytes_written_out")
             if out_max == 0 and not self.legacy_output:
-                raise WasiNNError(ErrorKind.TOO_LARGE, (
-                    f"output of {needed} bytes does not fit the guest buffer of 0 bytes: a zero-length buffer "
-                    f"is LlamaEdge's pattern (it relied on WasmEdge <= 0.16.3 copying anyway); "
-                    f"run with `wasinn run --nn-legacy-output` or WasiNN(legacy_output=True) to allow it"))
-            raise WasiNNError(ErrorKind.TOO_LARGE,
-                              f"output of {needed} bytes does not fit the guest buffer of {out_max} bytes")
+                raise WasiNNError(
+                    ErrorKind.TOO_LARGE,
+                    (
+                        f"output of {needed} bytes does not fit the guest buffer of 0 bytes: a zero-length buffer "
+                        f"is LlamaEdge's pattern (it relied on WasmEdge <= 0.16.3 copying anyway); "
+                        f"run with `wasinn run --nn-legacy-output` or WasiNN(legacy_output=True) to allow it"
+                    ),
+                )
+            raise WasiNNError(
+                ErrorKind.TOO_LARGE, f"output of {needed} bytes does not fit the guest buffer of {out_max} bytes"
+            )
         mem.write(out_ptr, data, "output buffer")
         mem.write_u32(written_ptr, needed, "bytes_written_out")
 
+
 _GRAPH_FIRST = ("init_execution_context", "unload")
-_CONTEXT_FIRST = ("set_input", "compute", "get_output", "compute_single", "get_output_single",
-                  "fini_single", "finalize_execution_context")
+_CONTEXT_FIRST = (
+    "set_input",
+    "compute",
+    "get_output",
+    "compute_single",
+    "get_output_single",
+    "fini_single",
+    "finalize_execution_context",
+)
 
 
 def _log_fields(name: str, args: tuple[int, ...], errno: int) -> dict[str, object]:

@@ -37,15 +37,24 @@ def _function(name: str, restype: Any, *argtypes: Any) -> Any:
 
 
 _define_unchecked = _function(
-    "wasmtime_linker_define_func_unchecked", ctypes.c_void_p,
-    ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t,
-    ctypes.c_void_p, CALLBACK, ctypes.c_void_p, FINALIZER,
+    "wasmtime_linker_define_func_unchecked",
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+    ctypes.c_char_p,
+    ctypes.c_size_t,
+    ctypes.c_char_p,
+    ctypes.c_size_t,
+    ctypes.c_void_p,
+    CALLBACK,
+    ctypes.c_void_p,
+    FINALIZER,
 )
 caller_context = _function("wasmtime_caller_context", ctypes.c_void_p, ctypes.c_void_p)
 memory_data = _function("wasmtime_memory_data", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 memory_size = _function("wasmtime_memory_data_size", ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p)
-_export_get = _function("wasmtime_caller_export_get", ctypes.c_bool,
-                        ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_void_p)
+_export_get = _function(
+    "wasmtime_caller_export_get", ctypes.c_bool, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_void_p
+)
 
 _KEEP_ALIVE: list[object] = []  # callbacks must outlive every Linker and Store using them
 
@@ -74,7 +83,7 @@ def caller_memory(caller: int) -> MemoryRef | None:
     item = ffi.wasmtime_extern_t()
     if not _export_get(caller, b"memory", 6, ctypes.byref(item)):
         return None
-    if item.kind != ffi.WASMTIME_EXTERN_MEMORY.value:
+    if item.kind != ffi.WASMTIME_EXTERN_MEMORY.value:  # type: ignore[comparison-overlap]  # a ctypes field reads as int
         return None
     return MemoryRef(item)
 
@@ -117,7 +126,16 @@ def define_i32_func(linker: wasmtime.Linker, module: str, name: str, arity: int,
     functype = wasmtime.FuncType([i32] * arity, [i32])
     _KEEP_ALIVE.append(functype)
     module_b, name_b = module.encode(), name.encode()
-    error = _define_unchecked(linker.ptr(), module_b, len(module_b), name_b, len(name_b),
-                              ctypes.cast(functype.ptr(), ctypes.c_void_p), native, None, _no_finalizer)
+    error = _define_unchecked(
+        linker.ptr(),
+        module_b,
+        len(module_b),
+        name_b,
+        len(name_b),
+        ctypes.cast(functype.ptr(), ctypes.c_void_p),
+        native,
+        None,
+        _no_finalizer,
+    )
     if error:
         raise wasmtime.WasmtimeError._from_ptr(ctypes.cast(error, ctypes.POINTER(ffi.wasmtime_error_t)))

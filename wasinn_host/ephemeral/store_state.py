@@ -26,6 +26,7 @@ class ContextCounter:
         self.value = 0
 
     def add(self, n: int) -> None:
+        """Add ``n`` (negative to remove)."""
         with self._lock:
             self.value += n
 
@@ -47,12 +48,14 @@ class StoreState:
         self.closed = False
 
     def graph(self, handle: int) -> BackendGraph:
+        """The graph behind a guest's handle, or an invalid argument."""
         graph = self.graphs.get(handle & U32_MASK)
         if graph is None:
             raise invalid(f"graph handle {handle & U32_MASK} is not loaded in this store")
         return graph
 
     def context(self, handle: int) -> ExecutionContext:
+        """The execution context behind a guest's handle (marked as just used), or an invalid argument."""
         context = self.contexts.get(handle & U32_MASK)
         if context is None:
             raise invalid(f"execution context handle {handle & U32_MASK} does not exist in this store")
@@ -62,28 +65,37 @@ class StoreState:
     def check_name(self, name: str) -> None:
         """Refuse (not found) a model name this guest may not load."""
         if self.allowed is not None and name not in self.allowed:
-            raise WasiNNError(ErrorKind.NOT_FOUND, f"model name {name!r} is not allowed for this guest; "
-                                               f"allowed: {', '.join(sorted(self.allowed)) or '(none)'}")
+            raise WasiNNError(
+                ErrorKind.NOT_FOUND,
+                f"model name {name!r} is not allowed for this guest; "
+                f"allowed: {', '.join(sorted(self.allowed)) or '(none)'}",
+            )
 
     def check_graph_room(self) -> None:
+        """Refuse (busy) a new graph beyond ``max_graphs_per_store``."""
         if len(self.graphs) >= self.limits.max_graphs_per_store:
             raise self.limits.refuse(ErrorKind.BUSY, "load", "max_graphs_per_store", self.limits.max_graphs_per_store)
 
     def add_graph(self, graph: BackendGraph) -> int:
+        """Give ``graph`` the next graph handle."""
         handle = self.next_graph
         self.next_graph += 1
         self.graphs[handle] = graph
         return handle
 
     def check_context_room(self) -> None:
+        """Refuse (busy) a new context beyond ``max_contexts_per_store`` or ``max_contexts_total``."""
         if len(self.contexts) >= self.limits.max_contexts_per_store:
-            raise self.limits.refuse(ErrorKind.BUSY, "init_execution_context", "max_contexts_per_store",
-                                     self.limits.max_contexts_per_store)
+            raise self.limits.refuse(
+                ErrorKind.BUSY, "init_execution_context", "max_contexts_per_store", self.limits.max_contexts_per_store
+            )
         if self._counter.value >= self.limits.max_contexts_total:
-            raise self.limits.refuse(ErrorKind.BUSY, "init_execution_context", "max_contexts_total",
-                                     self.limits.max_contexts_total)
+            raise self.limits.refuse(
+                ErrorKind.BUSY, "init_execution_context", "max_contexts_total", self.limits.max_contexts_total
+            )
 
     def add_context(self, context: ExecutionContext) -> int:
+        """Give ``context`` the next context handle."""
         handle = self.next_context
         self.next_context += 1
         self.contexts[handle] = context
@@ -91,6 +103,7 @@ class StoreState:
         return handle
 
     def finalize(self, handle: int) -> None:
+        """Free the context behind ``handle``; an invalid argument if there is none."""
         context = self.contexts.pop(handle & U32_MASK, None)
         if context is None:
             raise invalid(f"execution context handle {handle & U32_MASK} does not exist in this store")
@@ -98,6 +111,7 @@ class StoreState:
         context.close()
 
     def unload(self, handle: int) -> None:
+        """Forget the graph behind ``handle`` (its name's cache entry too) and let the backend go of it."""
         graph = self.graph(handle)
         del self.graphs[handle & U32_MASK]
         if graph.name is not None and self.by_name.get(graph.name) == handle & U32_MASK:

@@ -23,6 +23,7 @@ class JsonLineFormatter(logging.Formatter):
     """One JSON object per line: timestamp, level, event, graph, context, message."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """One record as one JSON line."""
         entry: dict[str, Any] = {
             "timestamp": datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc).isoformat(),
             "level": record.levelname,
@@ -40,8 +41,9 @@ class JsonLineFormatter(logging.Formatter):
 def configure_logging(level: str = "WARNING", file: str | None = None, fmt: str = "text") -> None:
     """Send the host's log to stderr (or ``file``) as text or JSON lines (used by the CLI)."""
     handler: logging.Handler = logging.FileHandler(file) if file else logging.StreamHandler()
-    handler.setFormatter(JsonLineFormatter() if fmt == "json"
-                         else logging.Formatter("wasinn: %(levelname)s: %(message)s"))
+    handler.setFormatter(
+        JsonLineFormatter() if fmt == "json" else logging.Formatter("wasinn: %(levelname)s: %(message)s")
+    )
     host = logging.getLogger(HOST_LOGGER)
     for old in list(host.handlers):
         host.removeHandler(old)

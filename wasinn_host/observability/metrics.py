@@ -43,10 +43,12 @@ class StatusCollector:
             for model in status["models"]:
                 counter.add_metric([model["name"]], model[key])
             yield counter
-        yield GaugeMetricFamily("wasinn_execution_contexts", "Execution contexts alive",
-                                value=status["sessions"]["execution_contexts"])
-        yield GaugeMetricFamily("wasinn_rss_bytes", "Resident memory of the process",
-                                value=status["memory"]["rss_bytes"])
+        yield GaugeMetricFamily(
+            "wasinn_execution_contexts", "Execution contexts alive", value=status["sessions"]["execution_contexts"]
+        )
+        yield GaugeMetricFamily(
+            "wasinn_rss_bytes", "Resident memory of the process", value=status["memory"]["rss_bytes"]
+        )
 
 
 def serve_metrics(status: StatusSource, port: int, address: str = "127.0.0.1") -> None:
@@ -55,7 +57,8 @@ def serve_metrics(status: StatusSource, port: int, address: str = "127.0.0.1") -
         from prometheus_client import start_http_server
         from prometheus_client.core import REGISTRY
     except ImportError:
-        raise RuntimeError("the Prometheus endpoint needs the prometheus-client package: "
-                           "pip install 'wasinn-host[metrics]'") from None
-    REGISTRY.register(StatusCollector(status))  # type: ignore[arg-type]
+        raise RuntimeError(
+            "the Prometheus endpoint needs the prometheus-client package: pip install 'wasinn-host[metrics]'"
+        ) from None
+    REGISTRY.register(StatusCollector(status))
     start_http_server(port, addr=address)

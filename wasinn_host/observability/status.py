@@ -52,7 +52,9 @@ def _model_entry(model: "LoadedModel") -> dict[str, Any]:
         "decoded_tokens": worker.decoded_tokens,
         "reused_prompt_tokens": worker.reused_tokens,
         "decode_calls": worker.decode_calls,
-        "sequences_per_decode": round(worker.sequences_decoded / worker.decode_calls, 3) if worker.decode_calls else 0.0,
+        "sequences_per_decode": round(worker.sequences_decoded / worker.decode_calls, 3)
+        if worker.decode_calls
+        else 0.0,
         "params": {k: v for k, v in vars(model.params).items()},
     }
 

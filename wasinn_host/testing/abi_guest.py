@@ -19,6 +19,7 @@ PAGE = 65536
 
 
 def abi_guest_wat(memory_pages: int = 2, export_memory: bool = True) -> str:
+    """A module importing all twelve functions and exporting each as ``nn_<name>``."""
     imports, exports = [], []
     for name, arity in SIGNATURES.items():
         params = " ".join(["i32"] * arity)
@@ -67,12 +68,13 @@ class AbiGuest:
 
     @classmethod
     def create(cls, nn: WasiNN, memory_pages: int = 2) -> "AbiGuest":
+        """Instantiate the guest in a new Store attached to ``nn``."""
         engine = nn.engine
         linker = wasmtime.Linker(engine)
         nn.add_to_linker(linker)
         store = wasmtime.Store(engine)
         nn.attach(store)
-        module = wasmtime.Module(engine, wasmtime.wat2wasm(abi_guest_wat(memory_pages)))
+        module = wasmtime.Module(engine, bytes(wasmtime.wat2wasm(abi_guest_wat(memory_pages))))
         instance = linker.instantiate(store, module)
         memory = instance.exports(store)["memory"]
         assert isinstance(memory, wasmtime.Memory)
@@ -80,9 +82,11 @@ class AbiGuest:
 
     @property
     def size(self) -> int:
+        """Bytes of guest memory."""
         return self.memory.data_len(self.store)
 
     def call(self, name: str, *args: int) -> int:
+        """Call import ``name`` through the guest with raw i32 arguments; return its errno."""
         func = self.instance.exports(self.store)[f"nn_{name}"]
         assert isinstance(func, wasmtime.Func)
         # i32 parameters are signed in wasmtime-py
@@ -90,12 +94,15 @@ class AbiGuest:
         return int(func(self.store, *signed))
 
     def write(self, ptr: int, data: bytes) -> None:
+        """Write ``data`` into guest memory at ``ptr``."""
         self.memory.write(self.store, data, ptr)
 
     def read(self, ptr: int, n: int) -> bytes:
+        """Read ``n`` bytes of guest memory at ``ptr``."""
         return bytes(self.memory.read(self.store, ptr, ptr + n))
 
     def u32(self, ptr: int) -> int:
+        """Read a little-endian u32 of guest memory."""
         return int(struct.unpack("<I", self.read(ptr, 4))[0])
 
     # -- convenience wrappers (fixed scratch layout) -----------------------------
@@ -103,6 +110,7 @@ class AbiGuest:
     NAME, CONFIG, OUT32, TENSOR, DIMS, DATA, BUF = 0x100, 0x200, 0x40, 0x60, 0x80, 0x1000, 0x8000
 
     def load_by_name(self, name: str, config: str | None = None) -> tuple[int, int]:
+        """``load_by_name`` (or ``..._with_config``); return (errno, graph handle)."""
         raw = name.encode()
         self.write(self.NAME, raw)
         self.write(self.OUT32, b"\xee" * 4)
@@ -115,6 +123,7 @@ class AbiGuest:
         return rc, self.u32(self.OUT32)
 
     def init(self, graph: int) -> tuple[int, int]:
+        """``init_execution_context``; return (errno, context handle)."""
         self.write(self.OUT32, b"\xee" * 4)
         rc = self.call("init_execution_context", graph, self.OUT32)
         return rc, self.u32(self.OUT32)
@@ -128,17 +137,19 @@ class AbiGuest:
         return self.TENSOR
 
     def set_input(self, ctx: int, index: int, data: bytes | str, ttype: int = 3) -> int:
+        """``set_input`` of ``data`` as a tensor of type ``ttype``; return the errno."""
         raw = data.encode() if isinstance(data, str) else data
         return self.call("set_input", ctx, index, self.tensor(raw, ttype))
 
     def get_output(self, ctx: int, index: int = 0, size: int = 0x4000, single: bool = False) -> tuple[int, bytes]:
+        """``get_output`` (or ``get_output_single``) into a ``size``-byte buffer; return (errno, bytes)."""
         self.write(self.OUT32, b"\xee" * 4)
         rc = self.call("get_output_single" if single else "get_output", ctx, index, self.BUF, size, self.OUT32)
         n = self.u32(self.OUT32)
         return rc, self.read(self.BUF, n) if rc == 0 else b""
 
     def generate(self, graph: int, prompt: str, metadata: str | None = None) -> tuple[int, str]:
-        """init + set_input (+ metadata) + compute + get_output; returns (compute errno, text)."""
+        """Init + set_input (+ metadata) + compute + get_output; returns (compute errno, text)."""
         rc, ctx = self.init(graph)
         assert rc == 0
         if metadata is not None:

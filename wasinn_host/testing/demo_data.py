@@ -134,6 +134,7 @@ _DIGIT_RANGES = ((0, 9), (10, 99), (100, 999))
 
 
 def random_operand(rng: random.Random) -> int:
+    """A 1-, 2- or 3-digit operand, each length equally likely."""
     lo, hi = _DIGIT_RANGES[rng.randrange(3)]
     return rng.randint(lo, hi)
 
@@ -149,6 +150,7 @@ def is_held_out(a: int, b: int, op: str) -> bool:
 
 
 def random_problem(rng: random.Random, held_out: bool) -> tuple[int, str, int]:
+    """A random problem inside (``held_out``) or outside the evaluation slice."""
     while True:
         a, b = random_operand(rng), random_operand(rng)
         op = "+" if rng.random() < 0.5 else "-"
@@ -157,10 +159,12 @@ def random_problem(rng: random.Random, held_out: bool) -> tuple[int, str, int]:
 
 
 def format_question(rng: random.Random, a: int, op: str, b: int) -> str:
+    """The question in one of its two spellings."""
     return f"What is {a}{op}{b}?" if rng.random() < 0.5 else f"{a}{op}{b}="
 
 
 def answer_of(a: int, op: str, b: int) -> str:
+    """The answer as the model writes it."""
     return str(a + b if op == "+" else a - b)
 
 
@@ -297,6 +301,8 @@ def make_problems(n: int, seed: int) -> list[tuple[str, str]]:
 
 @dataclass
 class EvalResult:
+    """Accuracy of one evaluation run and the greedy outputs."""
+
     accuracy: float
     correct: int
     total: int

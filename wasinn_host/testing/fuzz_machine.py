@@ -48,10 +48,11 @@ import struct
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import wasmtime
-from hypothesis import HealthCheck, Phase, settings, strategies as st
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
@@ -62,12 +63,12 @@ from hypothesis.stateful import (
     rule,
 )
 
-from wasinn_host.testing.abi_guest import PAGE, AbiGuest, abi_guest_wat
 from wasinn_host import ModelRegistry, WasiNN
-from wasinn_host.ephemeral.imports import SIGNATURES, _store_key
-from wasinn_host.core.params import ModelParams, SamplingParams
 from wasinn_host.core.errors import WasiNNError
 from wasinn_host.core.limits import Limits
+from wasinn_host.core.params import ModelParams, SamplingParams
+from wasinn_host.ephemeral.imports import SIGNATURES, _store_key
+from wasinn_host.testing.abi_guest import PAGE, AbiGuest, abi_guest_wat
 from wasinn_host.testing.gguf_models import SUCCESSOR_VOCAB_SIZE, char_token_id, write_successor_model
 
 U32 = 0xFFFF_FFFF
@@ -113,6 +114,7 @@ class FuzzStats:
     slowest: dict[str, float] = field(default_factory=dict)
 
     def record(self, name: str, rc: int, seconds: float) -> None:
+        """Count one call's return code and time."""
         self.calls += 1
         self.by_import[name] += 1
         self.errnos[rc] += 1
@@ -121,6 +123,7 @@ class FuzzStats:
             self.slowest[name] = seconds
 
     def report(self) -> str:
+        """A summary of the calls made, for the test log."""
         lines = [f"calls: {self.calls} in {self.examples} examples ({self.injected} n-predict metadata injected)"]
         lines.append("errno histogram: " + ", ".join(f"{rc}: {n}" for rc, n in sorted(self.errnos.items())))
         for name in SIGNATURES:
@@ -142,12 +145,16 @@ class ErrorLogWatcher(logging.Handler):
         self.records: list[logging.LogRecord] = []
 
     def emit(self, record: logging.LogRecord) -> None:
+        """Keep the message of an ERROR record from the host."""
         if not record.name.startswith("wasinn_host.llama"):
             self.records.append(record)
 
     def take(self) -> list[str]:
-        out = [r.getMessage() + (f" [{r.exc_info[0].__name__}: {r.exc_info[1]}]" if r.exc_info and r.exc_info[1] else "")
-               for r in self.records]
+        """The ERROR messages since the last call (and forget them)."""
+        out = [
+            r.getMessage() + (f" [{r.exc_info[0].__name__}: {r.exc_info[1]}]" if r.exc_info and r.exc_info[1] else "")
+            for r in self.records
+        ]
         self.records.clear()
         return out
 
@@ -184,17 +191,28 @@ def make_env(model_dir: pathlib.Path, *, wide_models: bool = False, call_timeout
         write_successor_model(succ)
     if not noisy.exists():
         write_successor_model(noisy, logit_gap=1.0)
-    registry = ModelRegistry([
-        f"succ:GGML:AUTO:{succ}",
-        f"noisy:GGML:AUTO:{noisy}",
-        f"missing:GGML:CPU:{model_dir / 'no-such-model.gguf'}",
-    ])
+    registry = ModelRegistry(
+        [
+            f"succ:GGML:AUTO:{succ}",
+            f"noisy:GGML:AUTO:{noisy}",
+            f"missing:GGML:CPU:{model_dir / 'no-such-model.gguf'}",
+        ]
+    )
     nn = WasiNN(registry=registry, limits=FUZZ_LIMITS)
     module = wasmtime.Module(nn.engine, bytes(wasmtime.wat2wasm(abi_guest_wat(MEMORY_PAGES))))
     data = succ.read_bytes()
     assert len(data) < MEM - 65536, "the successor model no longer fits the fuzz guest's memory"
-    env = FuzzEnv(nn, registry, module, data, hashlib.sha256(data).hexdigest(), FuzzStats(),
-                  wide_models, call_timeout, _blob_catalogue(succ, data))
+    env = FuzzEnv(
+        nn,
+        registry,
+        module,
+        data,
+        hashlib.sha256(data).hexdigest(),
+        FuzzStats(),
+        wide_models,
+        call_timeout,
+        _blob_catalogue(succ, data),
+    )
     # Load the full file and the corrupted variants once (the bad ones are refused and remembered by
     # the registry); keep a reference to those that load, so each example's load finds them loaded.
     for blob in env.blobs["full"] + env.blobs["corrupt"]:
@@ -230,7 +248,9 @@ def _blob_catalogue(path: pathlib.Path, data: bytes) -> dict[str, list[bytes]]:
         corrupt.append(bytes(blob))
     return {
         "full": [data],
-        "prefix": [data[:n] for n in (4, 8, 24, 100, 1000, field_starts[-1], header_end, len(data) // 2, len(data) - 1)],
+        "prefix": [
+            data[:n] for n in (4, 8, 24, 100, 1000, field_starts[-1], header_end, len(data) // 2, len(data) - 1)
+        ],
         "corrupt": corrupt,
         "junk": [b"GGUF", b"GGUF\x03\x00\x00\x00", b"GGUF" + bytes(range(32)), b"GGUF" + b"\xff" * 24],
     }
@@ -288,8 +308,10 @@ def _finite(lo: float, hi: float) -> st.SearchStrategy[float]:
 # per-context keys with values the host accepts: (key, strategy)
 def _context_items() -> list[tuple[str, st.SearchStrategy[Any]]]:
     # ids past the vocabulary are answered with 1 (they used to hang compute: fixed)
-    vocab_ids = weighted((4, st.integers(0, SUCCESSOR_VOCAB_SIZE - 1)),
-                         (1, st.sampled_from([SUCCESSOR_VOCAB_SIZE, 100000, 2**31 - 1, 2**31, 2**40])))
+    vocab_ids = weighted(
+        (4, st.integers(0, SUCCESSOR_VOCAB_SIZE - 1)),
+        (1, st.sampled_from([SUCCESSOR_VOCAB_SIZE, 100000, 2**31 - 1, 2**31, 2**40])),
+    )
     return [
         ("n-predict", weighted((12, st.integers(0, 8)), (1, st.sampled_from([-1, 40, 2**40])))),
         ("max-tokens", st.integers(0, 8)),
@@ -315,7 +337,7 @@ def _context_items() -> list[tuple[str, st.SearchStrategy[Any]]]:
         ("max-time-ms", st.integers(0, 200)),
         ("ignore-eos", st.booleans()),
         ("stream-stdout", weighted((6, st.just(False)), (1, st.just(True)))),
-        ("grammar", st.sampled_from(["", 'root ::= [a-z]*', 'root ::= "b" [c-e]+'])),
+        ("grammar", st.sampled_from(["", "root ::= [a-z]*", 'root ::= "b" [c-e]+'])),
         ("json-schema", st.sampled_from(["", '{"type": "string"}', '{"type": "integer"}'])),
         ("chat-template", weighted((4, st.just(False)), (1, st.sampled_from([True, "{{ messages[0].content }}"])))),
         ("cache-prompt", st.booleans()),
@@ -330,18 +352,56 @@ def _context_items() -> list[tuple[str, st.SearchStrategy[Any]]]:
 
 # known keys with a value of the wrong JSON type or out of range: the host answers 1
 BAD_VALUES: tuple[dict[str, Any], ...] = (
-    {"n-predict": "5"}, {"n-predict": 1.5}, {"ctx-size": 1024.0}, {"ctx-size": "big"}, {"temp": True},
-    {"temp": "hot"}, {"ignore-eos": 1}, {"stream-stdout": "yes"}, {"reverse-prompt": 7}, {"stop": [1, 2]},
-    {"stop": "x"}, {"top-p": 2.0}, {"min-p": -1}, {"seed": -1}, {"seed": 2**33}, {"mirostat": 7},
-    {"n-gpu-layers": -5}, {"threads": 5000}, {"flash-attn": "maybe"}, {"embedding": "true"},
-    {"sampling": 3}, {"logit-bias": {"x": 1}}, {"logit-bias": [[1]]}, {"logit-bias": {"-1": 2}},
-    {"grammar": "root ::= ("}, {"json-schema": "{not json"}, {"chat-template": 3}, {"n-probs": 1000},
-    {"max-time-ms": -1}, {"priority": 1000}, {"dry-base": 0.5}, {"n-parallel": 0}, {"batch-size": 0},
+    {"n-predict": "5"},
+    {"n-predict": 1.5},
+    {"ctx-size": 1024.0},
+    {"ctx-size": "big"},
+    {"temp": True},
+    {"temp": "hot"},
+    {"ignore-eos": 1},
+    {"stream-stdout": "yes"},
+    {"reverse-prompt": 7},
+    {"stop": [1, 2]},
+    {"stop": "x"},
+    {"top-p": 2.0},
+    {"min-p": -1},
+    {"seed": -1},
+    {"seed": 2**33},
+    {"mirostat": 7},
+    {"n-gpu-layers": -5},
+    {"threads": 5000},
+    {"flash-attn": "maybe"},
+    {"embedding": "true"},
+    {"sampling": 3},
+    {"logit-bias": {"x": 1}},
+    {"logit-bias": [[1]]},
+    {"logit-bias": {"-1": 2}},
+    {"grammar": "root ::= ("},
+    {"json-schema": "{not json"},
+    {"chat-template": 3},
+    {"n-probs": 1000},
+    {"max-time-ms": -1},
+    {"priority": 1000},
+    {"dry-base": 0.5},
+    {"n-parallel": 0},
+    {"batch-size": 0},
 )
 # not a JSON object, or not JSON at all: the host answers 2
 BAD_JSON: tuple[bytes, ...] = (
-    b"{", b"{not json", b'{"n-predict": }', b"[]", b"3", b'"str"', b"null", b"true", b"{'a': 1}",
-    b'{"a": 1,}', b"\xff\xfe{}", b'{"n-predict": NaN}', b"[" * 2000 + b"]" * 2000, b'{"a":' * 600,
+    b"{",
+    b"{not json",
+    b'{"n-predict": }',
+    b"[]",
+    b"3",
+    b'"str"',
+    b"null",
+    b"true",
+    b"{'a': 1}",
+    b'{"a": 1,}',
+    b"\xff\xfe{}",
+    b'{"n-predict": NaN}',
+    b"[" * 2000 + b"]" * 2000,
+    b'{"a":' * 600,
 )
 
 
@@ -355,7 +415,9 @@ def configs(draw: st.DrawFn, *, model_keys: str = "profile") -> tuple[bytes, str
     """
     kind = draw(weighted((12, st.just("valid")), (3, st.just("value")), (3, st.just("json")), (1, st.just("empty"))))
     if kind == "json":
-        return draw(weighted((4, st.sampled_from(BAD_JSON)), (1, st.binary(min_size=1, max_size=24).filter(_not_json_object)))), "json"
+        return draw(
+            weighted((4, st.sampled_from(BAD_JSON)), (1, st.binary(min_size=1, max_size=24).filter(_not_json_object)))
+        ), "json"
     if kind == "empty":
         return draw(st.sampled_from([b"", b"   ", b"{}", b'{"sampling": {}}'])), "valid"
     doc: dict[str, Any] = dict(draw(st.sampled_from(MODEL_PROFILES))) if model_keys != "none" else {}
@@ -451,15 +513,18 @@ class AbiFuzzMachine(RuleBasedStateMachine):
         if ptr < MEM and data:
             n = min(len(data), MEM - ptr)
             ctypes.memmove(self._base() + ptr, data, n)
-            self.shadow[ptr:ptr + n] = data[:n]
+            self.shadow[ptr : ptr + n] = data[:n]
 
     def read(self, ptr: int, n: int) -> bytes:
+        """Read guest memory."""
         return ctypes.string_at(self._base() + ptr, n)
 
     def ptr(self, data: st.DataObject, n: int, label: str) -> int:
+        """A guest pointer for ``n`` bytes: mostly in bounds, sometimes hostile."""
         return data.draw(ptr_for(n, self.wild), label=label)
 
     def length(self, data: st.DataObject, n: int, label: str) -> int:
+        """A length near ``n``: mostly right, sometimes hostile."""
         return data.draw(length_for(n, self.wild), label=label)
 
     def draw_wild(self, data: st.DataObject) -> None:
@@ -487,8 +552,14 @@ class AbiFuzzMachine(RuleBasedStateMachine):
         assert rc in VALID_ERRNOS, f"{name}{tuple(args)} returned errno {rc}, not in the spec's set"
         return rc
 
-    def expect(self, name: str, args: tuple[int, ...], rc: int,
-               writes: Iterable[tuple[int, bytes]] = (), optional: Iterable[tuple[int, bytes]] = ()) -> None:
+    def expect(
+        self,
+        name: str,
+        args: tuple[int, ...],
+        rc: int,
+        writes: Iterable[tuple[int, bytes]] = (),
+        optional: Iterable[tuple[int, bytes]] = (),
+    ) -> None:
         """Guest memory must be what it was before the call with exactly ``writes`` applied in order
         (each of ``optional`` may also have been applied).  Afterwards the written ranges are put back."""
         writes, optional = list(writes), list(optional)
@@ -505,15 +576,17 @@ class AbiFuzzMachine(RuleBasedStateMachine):
             for p, d in writes:
                 if p < b and p + len(d) > a:
                     lo, hi = max(p, a), min(p + len(d), b)
-                    want[lo - a:hi - a] = d[lo - p:hi - p]
+                    want[lo - a : hi - a] = d[lo - p : hi - p]
             ok = got == want
             for p, d in optional:
                 if not ok and a <= p and p + len(d) <= b:
                     alt = bytearray(want)
-                    alt[p - a:p - a + len(d)] = d
+                    alt[p - a : p - a + len(d)] = d
                     ok = got == alt
-            assert ok, (f"{name}{args} -> errno {rc}: guest memory [{a:#x}, {b:#x}) holds {got[:48]!r}, "
-                        f"expected {bytes(want[:48])!r}")
+            assert ok, (
+                f"{name}{args} -> errno {rc}: guest memory [{a:#x}, {b:#x}) holds {got[:48]!r}, "
+                f"expected {bytes(want[:48])!r}"
+            )
             ctypes.memmove(self._base() + a, bytes(self.shadow[a:b]), b - a)
         if _memcmp(self._base(), self.shadow_address, MEM) != 0:
             now = self.read(0, MEM)
@@ -543,8 +616,12 @@ class AbiFuzzMachine(RuleBasedStateMachine):
             return False
         sampling = ctx.params.sampling
         d = SamplingParams()
-        plain = dataclasses.replace(sampling, seed=d.seed, temp=d.temp, top_k=d.top_k, top_p=d.top_p,
-                                    min_p=d.min_p, n_probs=0) == d
+        plain = (
+            dataclasses.replace(
+                sampling, seed=d.seed, temp=d.temp, top_k=d.top_k, top_p=d.top_p, min_p=d.min_p, n_probs=0
+            )
+            == d
+        )
         tokens = ctx.prompt_tokens
         return plain and sampling.temp <= 1.0 and bool(tokens) and tokens[-1] not in DIGIT_IDS
 
@@ -552,6 +629,7 @@ class AbiFuzzMachine(RuleBasedStateMachine):
 
     @invariant()
     def host_tables_match_the_model(self) -> None:
+        """The Store's tables match the model's, and models are referenced exactly as used."""
         state = self.state
         assert self.nn.imports._states.get(self.key) is state, "the Store's state was replaced or dropped"
         assert set(state.graphs) == self.live_graphs, (sorted(state.graphs), sorted(self.live_graphs))
@@ -570,11 +648,15 @@ class AbiFuzzMachine(RuleBasedStateMachine):
         assert len(files) <= MAX_FILE_MODELS, f"{len(files)} named models loaded: {[m.params for m in files]}"
 
     def teardown(self) -> None:
+        """Free the Store; no model may stay referenced by it."""
         self.nn.detach(self.store)
         assert self.key not in self.nn.imports._states
         pinned = self.env.pinned
-        leftovers = [(m.label, m.refs) for m in self.env.registry.loaded()
-                     if m.refs != (id(m) in pinned) or (m.key[0] == "bytes" and id(m) not in pinned)]
+        leftovers = [
+            (m.label, m.refs)
+            for m in self.env.registry.loaded()
+            if m.refs != (id(m) in pinned) or (m.key[0] == "bytes" and id(m) not in pinned)
+        ]
         assert not leftovers, f"models still referenced after the Store was freed: {leftovers}"
 
     # -- helpers for rules ---------------------------------------------------------------
@@ -595,21 +677,34 @@ class AbiFuzzMachine(RuleBasedStateMachine):
     def _write_tensor(self, data: st.DataObject, payload: bytes) -> int:
         """Place a tensor struct for ``payload``; return the struct's pointer."""
         valid_type = st.sampled_from([3, 2])
-        ttype = data.draw(valid_type if not self.wild else weighted(
-            (8, valid_type),
-            (2, st.integers(1, 0xFF_FFFF).map(lambda hi: (hi << 8) | 3)),  # garbage padding bytes
-            (1, st.integers(1, 0xFF_FFFF).map(lambda hi: (hi << 8) | 2)),
-            (2, st.sampled_from([0, 1, 4, 5, 6, 0xFF, 0x300])), (1, u32s),
-        ), label="type")
+        ttype = data.draw(
+            valid_type
+            if not self.wild
+            else weighted(
+                (8, valid_type),
+                (2, st.integers(1, 0xFF_FFFF).map(lambda hi: (hi << 8) | 3)),  # garbage padding bytes
+                (1, st.integers(1, 0xFF_FFFF).map(lambda hi: (hi << 8) | 2)),
+                (2, st.sampled_from([0, 1, 4, 5, 6, 0xFF, 0x300])),
+                (1, u32s),
+            ),
+            label="type",
+        )
         sane_dims = st.sampled_from([[len(payload)], [1], [1, len(payload)], []])
-        dims = data.draw(sane_dims if not self.wild else weighted((6, sane_dims), (1, st.lists(u32s, max_size=9))),
-                         label="dims")
+        dims = data.draw(
+            sane_dims if not self.wild else weighted((6, sane_dims), (1, st.lists(u32s, max_size=9))), label="dims"
+        )
         dims_raw = struct.pack(f"<{len(dims)}I", *dims)
         data_ptr = self.ptr(data, len(payload), "data_ptr")
         dims_ptr = self.ptr(data, len(dims_raw), "dims_ptr")
         struct_ptr = self.ptr(data, 20, "tensor_ptr")
-        fields = struct.pack("<5I", dims_ptr, self.length(data, len(dims), "dims_len"), ttype,
-                             data_ptr, self.length(data, len(payload), "data_len"))
+        fields = struct.pack(
+            "<5I",
+            dims_ptr,
+            self.length(data, len(dims), "dims_len"),
+            ttype,
+            data_ptr,
+            self.length(data, len(payload), "data_len"),
+        )
         self.put(data_ptr, payload)
         self.put(dims_ptr, dims_raw)
         self.put(struct_ptr, fields)
@@ -643,10 +738,12 @@ class AbiFuzzMachine(RuleBasedStateMachine):
 
     @initialize(target=graphs, data=st.data())
     def initial_graph(self, data: st.DataObject) -> int:
+        """Start with a loaded graph."""
         return self._load_clean(data)
 
     @initialize(target=contexts, data=st.data())
     def initial_context(self, data: st.DataObject) -> int:
+        """Start with an execution context holding a prompt."""
         graph = self._load_clean(data)
         rc = self.call("init_execution_context", graph, 0x40)
         assert rc == 0
@@ -665,13 +762,21 @@ class AbiFuzzMachine(RuleBasedStateMachine):
 
     @rule(target=graphs, data=st.data())
     def load(self, data: st.DataObject) -> Any:
+        """``load`` of model bytes: whole, truncated, corrupted or junk."""
         self.draw_wild(data)
         env = self.env
         model = env.model_bytes
-        kind = data.draw(weighted(
-            (1, st.just("full")), (4, st.just("prefix")), (2, st.just("corrupt")), (2, st.just("random")),
-            (1, st.just("preload")), (1, st.just("empty")),
-        ), label="model kind")
+        kind = data.draw(
+            weighted(
+                (1, st.just("full")),
+                (4, st.just("prefix")),
+                (2, st.just("corrupt")),
+                (2, st.just("random")),
+                (1, st.just("preload")),
+                (1, st.just("empty")),
+            ),
+            label="model kind",
+        )
         if not env.wide_models and kind in ("full", "prefix", "corrupt", "random"):
             blob = data.draw(st.sampled_from(env.blobs[kind if kind != "random" else "junk"]), label="blob")
             if kind == "random" and data.draw(st.booleans()):
@@ -679,7 +784,7 @@ class AbiFuzzMachine(RuleBasedStateMachine):
         elif kind == "full":
             blob = model
         elif kind == "prefix":
-            blob = model[:data.draw(weighted((3, st.integers(0, 4096)), (1, st.integers(0, len(model) - 1))))]
+            blob = model[: data.draw(weighted((3, st.integers(0, 4096)), (1, st.integers(0, len(model) - 1))))]
         elif kind == "corrupt":
             size = data.draw(weighted((3, st.integers(8, 32768)), (1, st.just(len(model)))))
             damaged = bytearray(model[:size])
@@ -692,8 +797,11 @@ class AbiFuzzMachine(RuleBasedStateMachine):
             blob = b"preload:" + data.draw(st.sampled_from([b"succ", b"/etc/passwd", b""]))
         else:
             blob = b""
-        count = data.draw(st.sampled_from([1, 2]) if not self.wild else weighted(
-            (3, st.sampled_from([1, 2])), (1, st.sampled_from([0, 3, 7, 0x2000_0000, U32])), (1, u32s)))
+        count = data.draw(
+            st.sampled_from([1, 2])
+            if not self.wild
+            else weighted((3, st.sampled_from([1, 2])), (1, st.sampled_from([0, 3, 7, 0x2000_0000, U32])), (1, u32s))
+        )
         config, _ = data.draw(configs(model_keys="none"), label="config")
         if len(blob) > MEM // 2:  # the full model: keep the rest out of its way
             blob_ptr = data.draw(st.sampled_from([0, MEM - len(blob)]), label="blob_ptr")
@@ -707,12 +815,21 @@ class AbiFuzzMachine(RuleBasedStateMachine):
             array_ptr = self.ptr(data, 16, "builders_ptr")
             config_ptr = self.ptr(data, len(config), "config_ptr")
         out = self.ptr(data, 4, "graph_out")
-        entries = struct.pack("<4I", blob_ptr, self.length(data, len(blob), "blob_len"), config_ptr,
-                              self.length(data, len(config), "config_len"))
-        encoding = data.draw(st.just(6) if not self.wild else weighted((6, st.just(6)), (2, st.integers(0, 14)), (1, u32s)),
-                             label="encoding")
-        target = data.draw(st.integers(0, 2) if not self.wild else weighted((4, st.integers(0, 2)), (1, st.just(3)), (1, u32s)),
-                           label="target")
+        entries = struct.pack(
+            "<4I",
+            blob_ptr,
+            self.length(data, len(blob), "blob_len"),
+            config_ptr,
+            self.length(data, len(config), "config_len"),
+        )
+        encoding = data.draw(
+            st.just(6) if not self.wild else weighted((6, st.just(6)), (2, st.integers(0, 14)), (1, u32s)),
+            label="encoding",
+        )
+        target = data.draw(
+            st.integers(0, 2) if not self.wild else weighted((4, st.integers(0, 2)), (1, st.just(3)), (1, u32s)),
+            label="target",
+        )
         self.put(blob_ptr, blob)
         self.put(config_ptr, config)
         self.put(array_ptr, entries)
@@ -730,19 +847,25 @@ class AbiFuzzMachine(RuleBasedStateMachine):
 
     @rule(target=graphs, data=st.data())
     def load_by_name(self, data: st.DataObject) -> Any:
+        """``load_by_name`` of a known, missing or hostile name."""
         return self._load_by_name(data, with_config=False)
 
     @rule(target=graphs, data=st.data())
     def load_by_name_with_config(self, data: st.DataObject) -> Any:
+        """``load_by_name_with_config`` with a valid, out-of-range or malformed config."""
         return self._load_by_name(data, with_config=True)
 
     def _load_by_name(self, data: st.DataObject, with_config: bool) -> Any:
         self.draw_wild(data)
-        raw = data.draw(weighted(
-            (8, st.sampled_from([b"succ", b"noisy"])), (2, st.just(b"missing")),
-            (2, st.sampled_from([b"", b"nope", b"SUCC", b"succ\x00", b"succ ", b"\xff\xfe", b"n" * 300])),
-            (1, st.binary(max_size=12)),
-        ), label="name")
+        raw = data.draw(
+            weighted(
+                (8, st.sampled_from([b"succ", b"noisy"])),
+                (2, st.just(b"missing")),
+                (2, st.sampled_from([b"", b"nope", b"SUCC", b"succ\x00", b"succ ", b"\xff\xfe", b"n" * 300])),
+                (1, st.binary(max_size=12)),
+            ),
+            label="name",
+        )
         name_ptr = self.ptr(data, len(raw), "name_ptr")
         name_len = self.length(data, len(raw), "name_len")
         out = self.ptr(data, 4, "graph_out")
@@ -756,14 +879,14 @@ class AbiFuzzMachine(RuleBasedStateMachine):
             self.put(name_ptr, raw)
             args: tuple[int, ...] = (name_ptr, name_len, config_ptr, config_len, out)
             pointers_ok = _contains(name_ptr, name_len) and _contains(config_ptr, config_len) and _contains(out, 4)
-            config_intact = config_len == len(config) and self.shadow[config_ptr:config_ptr + len(config)] == config
+            config_intact = config_len == len(config) and self.shadow[config_ptr : config_ptr + len(config)] == config
         else:
             self.put(name_ptr, raw)
             args = (name_ptr, name_len, out)
             pointers_ok = _contains(name_ptr, name_len) and _contains(out, 4)
             config_intact = True
         # what the guest actually named (after overlaps, with the length it passed)
-        name_sent = bytes(self.shadow[name_ptr:name_ptr + name_len]) if pointers_ok else None
+        name_sent = bytes(self.shadow[name_ptr : name_ptr + name_len]) if pointers_ok else None
         rc = self.call(label, *args)
         config_errno = () if config_kind == "valid" and config_intact else (2,)  # the config may be read first
         if not pointers_ok:
@@ -792,12 +915,15 @@ class AbiFuzzMachine(RuleBasedStateMachine):
 
     @rule(graph=graphs)
     def unload(self, graph: int) -> None:
+        """``unload`` of a live or dead graph handle."""
         self._unload(graph)
 
     def _unload(self, graph: int) -> None:
         rc = self.call("unload", graph)
         live = graph in self.live_graphs
-        assert (rc == 0) == live and rc in (0, 1), f"unload({graph}) gave {rc}; the graph is {'live' if live else 'not live'}"
+        assert (rc == 0) == live and rc in (0, 1), (
+            f"unload({graph}) gave {rc}; the graph is {'live' if live else 'not live'}"
+        )
         if rc == 0:
             self.live_graphs.discard(graph)
             self.by_name = {n: h for n, h in self.by_name.items() if h != graph}
@@ -807,6 +933,7 @@ class AbiFuzzMachine(RuleBasedStateMachine):
 
     @rule(target=contexts, data=st.data(), graph=graphs)
     def init_execution_context(self, data: st.DataObject, graph: int) -> Any:
+        """``init_execution_context`` on a live or dead graph."""
         return self._init(data, graph)
 
     def _init(self, data: st.DataObject, graph: int) -> Any:
@@ -827,6 +954,7 @@ class AbiFuzzMachine(RuleBasedStateMachine):
 
     @rule(ctx=contexts)
     def finalize_execution_context(self, ctx: int) -> None:
+        """``finalize_execution_context`` of a live or dead context."""
         self._finalize(ctx)
 
     def _finalize(self, ctx: int) -> None:
@@ -838,6 +966,7 @@ class AbiFuzzMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), ctx=contexts, index=indices)
     def set_input(self, data: st.DataObject, ctx: int, index: int) -> None:
+        """``set_input`` of a prompt or metadata, with hostile tensors too."""
         self._set_input(data, ctx, index)
 
     @rule(data=st.data(), ctx=contexts)
@@ -864,6 +993,7 @@ class AbiFuzzMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), ctx=contexts)
     def compute(self, data: st.DataObject, ctx: int) -> None:
+        """``compute`` (kept short by an injected n-predict where needed)."""
         self._compute(data, ctx)
 
     def _compute(self, data: st.DataObject, ctx: int) -> None:
@@ -877,10 +1007,12 @@ class AbiFuzzMachine(RuleBasedStateMachine):
 
     @rule(ctx=contexts)
     def compute_single(self, ctx: int) -> None:
+        """``compute_single``."""
         self._simple("compute_single", ctx)
 
     @rule(ctx=contexts)
     def fini_single(self, ctx: int) -> None:
+        """``fini_single``."""
         self._fini_single(ctx)
 
     def _fini_single(self, ctx: int) -> None:
@@ -896,16 +1028,19 @@ class AbiFuzzMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), ctx=contexts, index=indices)
     def get_output(self, data: st.DataObject, ctx: int, index: int) -> None:
+        """``get_output`` with exact, short, huge or hostile buffers."""
         self._get_output(data, "get_output", ctx, index)
 
     @rule(data=st.data(), ctx=contexts, index=indices)
     def get_output_single(self, data: st.DataObject, ctx: int, index: int) -> None:
+        """``get_output_single`` with exact, short, huge or hostile buffers."""
         self._get_output(data, "get_output_single", ctx, index)
 
     # -- any handle-taking import with a random handle (0..5 are often live: handles start at 0) --
 
     @rule(target=contexts, data=st.data(), name=st.sampled_from(HANDLE_IMPORTS), handle=random_handles, index=indices)
     def random_handle_call(self, data: st.DataObject, name: str, handle: int, index: int) -> Any:
+        """Any handle import with a random, possibly dead, handle."""
         if name == "init_execution_context":
             return self._init(data, handle)
         if name == "unload":
@@ -934,25 +1069,48 @@ class AbiFuzzMachine(RuleBasedStateMachine):
         # depend on it: draw choices and raw numbers, then compute the arguments from them.
         guess = data.draw(st.integers(0, 64), label="size if dead")
         n = len(expected) if expected is not None else guess
-        size_kind = data.draw(st.sampled_from(["exact", "more", "24576", "one short"]) if not self.wild else st.sampled_from(
-            ["exact", "more", "24576", "exact", "more", "zero", "one short", "one more", "mem", "u32", "random"]),
-            label="out_max kind")
+        size_kind = data.draw(
+            st.sampled_from(["exact", "more", "24576", "one short"])
+            if not self.wild
+            else st.sampled_from(
+                ["exact", "more", "24576", "exact", "more", "zero", "one short", "one more", "mem", "u32", "random"]
+            ),
+            label="out_max kind",
+        )
         raw = data.draw(u32s, label="raw")
         out_max = {
-            "exact": n, "more": n + raw % 4097, "24576": max(24576, n), "zero": 0, "one short": max(n - 1, 0),
-            "one more": n + 1, "mem": MEM, "u32": U32, "random": raw,
+            "exact": n,
+            "more": n + raw % 4097,
+            "24576": max(24576, n),
+            "zero": 0,
+            "one short": max(n - 1, 0),
+            "one more": n + 1,
+            "mem": MEM,
+            "u32": U32,
+            "random": raw,
         }[size_kind]
-        place = data.draw(st.sampled_from(["inside"]) if not self.wild else st.sampled_from(
-            ["inside", "inside", "inside", "at end", "one past end", "zero", "u32", "random"]), label="out_ptr kind")
+        place = data.draw(
+            st.sampled_from(["inside"])
+            if not self.wild
+            else st.sampled_from(["inside", "inside", "inside", "at end", "one past end", "zero", "u32", "random"]),
+            label="out_ptr kind",
+        )
         room = max(MEM - min(out_max, MEM), 0)
         out_ptr = {
-            "inside": raw % (room + 1), "at end": room, "one past end": room + 1, "zero": 0, "u32": U32,
+            "inside": raw % (room + 1),
+            "at end": room,
+            "one past end": room + 1,
+            "zero": 0,
+            "u32": U32,
             "random": (raw * 2654435761) & U32,
         }[place]
-        written_ptr = data.draw(weighted(
-            (8, ptr_for(4, self.wild)),
-            (1, st.integers(0, 3).map(lambda d: -1 - d)),  # inside the output buffer (resolved below)
-        ), label="written_ptr")
+        written_ptr = data.draw(
+            weighted(
+                (8, ptr_for(4, self.wild)),
+                (1, st.integers(0, 3).map(lambda d: -1 - d)),  # inside the output buffer (resolved below)
+            ),
+            label="written_ptr",
+        )
         if written_ptr < 0:
             written_ptr = (out_ptr - 1 - written_ptr) & U32
         args = (ctx, index, out_ptr, out_max, written_ptr)
@@ -968,7 +1126,9 @@ class AbiFuzzMachine(RuleBasedStateMachine):
         if rc == 0:
             overlap = out_ptr < written_ptr + 4 and written_ptr < out_ptr + len(expected)
             if not overlap:
-                assert self.read(out_ptr, len(expected)) == expected, f"{name}: the bytes written differ from the output"
+                assert self.read(out_ptr, len(expected)) == expected, (
+                    f"{name}: the bytes written differ from the output"
+                )
                 assert self.read(written_ptr, 4) == size, f"{name}: the size reported differs from the bytes written"
             if index == 1:
                 head = json.loads(expected)
@@ -986,6 +1146,7 @@ def machine_for(env: FuzzEnv) -> type[AbiFuzzMachine]:
 
 
 def fuzz_settings(examples: int, steps: int, *, derandomize: bool, shrink: bool = True) -> settings:
+    """Hypothesis settings for a run of ``examples`` sequences of up to ``steps`` calls."""
     phases = [p for p in Phase if shrink or p not in (Phase.shrink, Phase.explain)]
     return settings(
         phases=phases,
@@ -995,8 +1156,12 @@ def fuzz_settings(examples: int, steps: int, *, derandomize: bool, shrink: bool 
         derandomize=derandomize,
         database=None,
         print_blob=False,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large,
-                               HealthCheck.large_base_example],
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.filter_too_much,
+            HealthCheck.data_too_large,
+            HealthCheck.large_base_example,
+        ],
     )
 
 
@@ -1005,7 +1170,9 @@ def run_fuzz(env: FuzzEnv, examples: int, steps: int, *, seed: int | None = None
     (hypothesis prints the shrunk call sequence)."""
     import hypothesis
 
-    test = get_state_machine_test(machine_for(env), settings=fuzz_settings(examples, steps, derandomize=seed is None, shrink=shrink))
+    test = get_state_machine_test(
+        machine_for(env), settings=fuzz_settings(examples, steps, derandomize=seed is None, shrink=shrink)
+    )
     if seed is not None:
         test = hypothesis.seed(seed)(test)
     host_log = logging.getLogger("wasinn_host")

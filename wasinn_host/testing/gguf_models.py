@@ -162,6 +162,7 @@ class LlamaShape:
 
     @property
     def head_dim(self) -> int:
+        """Width of one attention head."""
         return self.n_embd // self.n_head
 
 
@@ -312,8 +313,9 @@ def write_successor_model(
     """
     shape = _successor_shape(context_length, n_layer)
     _validate(shape)
-    return write_llama_gguf(path, shape, _build_vocab(shape.n_vocab), _successor_tensors(shape, logit_gap),
-                            name=SUCCESSOR_NAME, f16=f16)
+    return write_llama_gguf(
+        path, shape, _build_vocab(shape.n_vocab), _successor_tensors(shape, logit_gap), name=SUCCESSOR_NAME, f16=f16
+    )
 
 
 # --------------------------------------------------------------------------------------------------

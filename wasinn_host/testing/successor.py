@@ -95,9 +95,7 @@ def successor_text(prompt: str, n: int | None = None) -> str:
     """
     if n is None and not successor_ends_with_eos(prompt):
         raise ValueError(f"greedy continuation of {prompt!r} never ends; pass n")
-    return "".join(
-        chr(t - CHAR_TOKEN_OFFSET + FIRST_PRINTABLE) for t in successor_tokens(prompt, n) if t != EOS_ID
-    )
+    return "".join(chr(t - CHAR_TOKEN_OFFSET + FIRST_PRINTABLE) for t in successor_tokens(prompt, n) if t != EOS_ID)
 
 
 def successor_ends_with_eos(prompt: str, n: int | None = None) -> bool:
