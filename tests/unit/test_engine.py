@@ -14,17 +14,21 @@ from wasinn_host.core.engine import ContextState, ModelWorker
 from wasinn_host.core.errors import ErrorKind
 from wasinn_host.core.generation import GenerationRequest, GenerationResult, StopReason
 from wasinn_host.core.params import ModelParams, SamplingParams, StopParams
+from wasinn_host.core.runtime import KvLayout
 from wasinn_host.testing.successor import successor_tokenize
 
 GREEDY = SamplingParams(temp=0.0)
 
 
 def make_worker(model_path: pathlib.Path, n_seq: int = 4, batch: int = 64, n_ctx_seq: int = 64,
-                delay: float = 0.0) -> ModelWorker:
+                delay: float = 0.0, n_cells: int = 0) -> ModelWorker:
+    """A worker on the fake runtime: ``n_seq`` sequences of ``n_ctx_seq`` cells each, or with ``n_cells``
+    one shared pool of that many cells."""
     runtime = FakeRuntime(decode_delay=delay)
     params = ModelParams(n_parallel=n_seq, batch_size=batch)
     model = runtime.load_model(model_path, params)
-    return ModelWorker(model, runtime.new_context(model, params, n_ctx_seq), "fake")
+    layout = KvLayout(n_ctx_seq, n_seq, n_cells or n_seq * n_ctx_seq, unified=bool(n_cells))
+    return ModelWorker(model, runtime.new_context(model, params, layout), "fake")
 
 
 @pytest.fixture
@@ -152,3 +156,30 @@ def test_fake_model_tokenizes_like_the_real_vocabulary(fake_model: pathlib.Path)
     assert model.tokenize(b"a b") == successor_tokenize("a b")
     assert model.tokenize("é".encode()) == successor_tokenize("é")
     assert b"".join(model.piece(t) for t in model.tokenize(b"<s>x</s>", add_special=False)) == b"<s>x</s>"
+
+
+def test_shared_pool_decodes_every_context_and_pushes_back_when_full(fake_model: pathlib.Path) -> None:
+    """16 sequence ids in a pool of 100 cells: 8 short contexts all decode together; 4 long ones
+    cannot all fit, so some wait (or are pushed back) and still finish with the right text."""
+    worker = make_worker(fake_model, n_seq=16, n_ctx_seq=64, n_cells=100, delay=0.002)
+    results: list[GenerationResult] = []
+
+    def run(prompt: str, limit: int) -> None:
+        results.append(worker.submit(request(prompt, limit=limit), ContextState()))
+
+    threads = [threading.Thread(target=run, args=("a", 5)) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [text(r) for r in results] == ["bcdef"] * 8
+    assert worker.sequences_high_water == 8 and worker.preemptions == 0
+    results.clear()
+    threads = [threading.Thread(target=run, args=("7", 40)) for _ in range(4)]  # 42 cells each
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [text(r) for r in results] == [("8901234567" * 4)] * 4
+    assert worker.cells_used <= 100
+    worker.close()

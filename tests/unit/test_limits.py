@@ -147,10 +147,15 @@ def check_max_load_bytes(make_nn: MakeNN, model: bytes) -> None:
 
 
 def check_max_kv_bytes(make_nn: MakeNN, model: bytes) -> None:
-    # the fake runtime's KV cache is 1 KiB a cell: 4 sequences x 512 tokens = 2 MiB
+    # the fake runtime's KV cache is 1 KiB a cell; a sequence is 512 cells
     guest = AbiGuest.create(make_nn(Limits(max_kv_bytes=1 << 20)))
-    assert guest.load_by_name("succ")[0] == Errno.TOO_LARGE
-    assert guest.load_by_name("succ", '{"ctx-size": 128}')[0] == 0
+    assert guest.load_by_name("succ", '{"n-parallel": 4}')[0] == Errno.TOO_LARGE, "4 x 512 cells: 2 MiB"
+    assert guest.load_by_name("succ")[0] == 0, "the shared pool shrinks to the budget: 1024 cells"
+    (model_entry,) = guest.nn.status()["models"]
+    assert model_entry["kv_cache_bytes"] == 1 << 20
+    small = AbiGuest.create(make_nn(Limits(max_kv_bytes=256 << 10)))
+    assert small.load_by_name("succ")[0] == Errno.TOO_LARGE, "less than one sequence"
+    assert small.load_by_name("succ", '{"ctx-size": 128}')[0] == 0
 
 
 CHECKS: dict[str, Callable[[MakeNN, bytes], None]] = {

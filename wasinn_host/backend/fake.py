@@ -24,6 +24,7 @@ from ..core.limits import Limits
 from ..core.params import ModelParams, SamplingParams
 from ..core.preload import Preload
 from ..core.registry import ModelRegistry
+from ..core.runtime import KvLayout
 from ..testing.successor import (
     BOS_ID,
     BYTE_TOKEN_OFFSET,
@@ -150,13 +151,14 @@ class FakeSampler:
 class FakeContext:
     """Sequences of cells, checked as llama.cpp checks them (consecutive positions, capacity)."""
 
-    def __init__(self, model: FakeModel, params: ModelParams, n_ctx_seq: int, decode_delay: float) -> None:
+    def __init__(self, model: FakeModel, params: ModelParams, layout: KvLayout, decode_delay: float) -> None:
         self.model = model
-        self.n_seq = params.n_parallel
-        self.n_ctx_seq = n_ctx_seq
+        self.n_seq = layout.n_seq
+        self.n_ctx_seq = layout.n_ctx_seq
+        self.n_cells = layout.n_cells
         self.n_batch = params.batch_size
         self.threads = params.threads if params.threads > 0 else 1
-        self.kv_bytes = KV_BYTES_PER_CELL * n_ctx_seq * self.n_seq
+        self.kv_bytes = KV_BYTES_PER_CELL * layout.n_cells
         self.embedding_mode = params.embedding
         self._cells: list[list[int]] = [[] for _ in range(self.n_seq)]
         self._last: list[tuple[int, int, int, bool]] = []
@@ -175,6 +177,8 @@ class FakeContext:
         """Store each token at its position; refuse a gap (llama.cpp's rule) with 1."""
         if self._delay:
             time.sleep(self._delay)
+        if sum(map(len, self._cells)) + batch.n > self.n_cells:
+            return 1  # no free cells (llama.cpp: "failed to find a memory slot")
         for token, pos, seq_id, _logits in batch.tokens:
             cells = self._cells[seq_id]
             if pos != len(cells) or len(cells) >= self.n_ctx_seq:
@@ -239,9 +243,9 @@ class FakeRuntime:
             self.loads += 1
         return FakeModel(path, self.n_ctx_train)
 
-    def new_context(self, model: FakeModel, params: ModelParams, n_ctx_seq: int) -> FakeContext:
-        """A context of ``n_parallel`` sequences."""
-        return FakeContext(model, params, n_ctx_seq, self.decode_delay)
+    def new_context(self, model: FakeModel, params: ModelParams, layout: KvLayout) -> FakeContext:
+        """A context laid out as ``layout`` says."""
+        return FakeContext(model, params, layout, self.decode_delay)
 
     def kv_cache_bytes(self, model: FakeModel, n_ctx: int) -> int:
         """A fixed size per cell."""

@@ -70,6 +70,8 @@ class Job:
     logits_index: int = -1
     t_start: float = 0.0
     t_first: float = 0.0
+    started: bool = False
+    """Admitted once already (a job pushed back to the queue to free KV cells resumes where it was)."""
     done: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -100,6 +102,9 @@ class ModelWorker:
         self.name = name
         self.n_ctx_seq = context.n_ctx_seq
         self.slots = [Slot(i) for i in range(context.n_seq)]
+        self.n_cells = context.n_cells
+        self.sequences_high_water = 0
+        self.preemptions = 0
         self._batch = context.new_batch()
         self._incoming: collections.deque[Job] = collections.deque()
         self._waiting: list[Job] = []
@@ -161,6 +166,11 @@ class ModelWorker:
         """Slots decoding now."""
         return sum(1 for s in self.slots if s.busy)
 
+    @property
+    def cells_used(self) -> int:
+        """KV cells holding tokens, over all slots."""
+        return sum(len(s.kv) for s in self.slots)
+
     def release(self, state: ContextState) -> None:
         """Forget an execution context: free its sampler; its slot's KV stays reusable."""
         state.closed = True
@@ -218,6 +228,7 @@ class ModelWorker:
         """Start waiting jobs, highest priority first, then in arrival order; expire old ones."""
         still_waiting: list[Job] = []
         now = time.perf_counter()
+        blocked = False  # an earlier job waits for KV cells: later ones must not overtake it
         for job in sorted(self._waiting, key=lambda j: (-j.request.priority, j.order)):
             timeout_ms = job.request.queue_timeout_ms
             if job.state.cancelled:
@@ -233,9 +244,33 @@ class ModelWorker:
                 still_waiting.append(job)
             elif (slot := self._pick_slot(job)) is None:
                 still_waiting.append(job)
+            elif blocked or not self._room_for(job, slot):
+                blocked = True
+                still_waiting.append(job)
             else:
                 self._start(job, slot)
         self._waiting = still_waiting
+        self.sequences_high_water = max(self.sequences_high_water, self.busy_sequences)
+
+    def _room_for(self, job: Job, slot: Slot) -> bool:
+        """Whether the KV cells the job needs on ``slot`` are free, evicting idle slots' caches if needed.
+
+        A job alone always fits (a prompt is shorter than one sequence, and the pool holds one).
+        """
+        keep = self._reusable(job, slot)
+        need = len(job.tokens) - keep + 1
+        free = self.n_cells - self.cells_used + len(slot.kv) - keep
+        for idle in sorted((s for s in self.slots if not s.busy and s.kv and s is not slot), key=lambda s: s.last_used):
+            if free >= need:
+                break
+            free += len(idle.kv)
+            self._evict(idle)
+        return free >= need or not self._active
+
+    def _evict(self, slot: Slot) -> None:
+        """Free an idle slot's cells (its context re-decodes its prompt next time)."""
+        self.context.seq_rm(slot.seq_id, 0)
+        slot.kv.clear()
 
     def _has_free_slot(self) -> bool:
         return any(not s.busy for s in self.slots)
@@ -270,26 +305,33 @@ class ModelWorker:
         slot.busy = True
         job.state.slot = slot
         job.slot = slot
-        job.result.reused_tokens = self._trim_kv(job, slot)
-        self.reused_tokens += job.result.reused_tokens
+        kept = self._trim_kv(job, slot)
+        if not job.started:
+            job.result.reused_tokens = kept
+            self.reused_tokens += kept
         try:
             self._prepare_sampler(job)
         except WasiNNError as err:
             log.warning("model %s: %s", self.name, err)
             self._finish(job, StopReason.REJECTED, err.message, err.kind)
             return
+        job.started = True
         self._active.append(job)
 
     def _trim_kv(self, job: Job, slot: Slot) -> int:
         """Drop the slot's cells after the prefix shared with the job; return how many are kept."""
-        request = job.request
-        keep = common_prefix(slot.kv, job.tokens) if request.cache_prompt and not request.embed else 0
-        if keep == len(job.tokens):
-            keep -= 1  # the last token must be decoded again to get its logits
+        keep = self._reusable(job, slot)
         if keep < len(slot.kv):
             self.context.seq_rm(slot.seq_id, keep)
             del slot.kv[keep:]
         return keep
+
+    @staticmethod
+    def _reusable(job: Job, slot: Slot) -> int:
+        """Cells of ``slot`` the job can keep: the prefix shared with its tokens, less the last token."""
+        request = job.request
+        keep = common_prefix(slot.kv, job.tokens) if request.cache_prompt and not request.embed else 0
+        return min(keep, len(job.tokens) - 1)
 
     def _prepare_sampler(self, job: Job) -> None:
         state, sampling = job.state, job.request.sampling
@@ -299,8 +341,8 @@ class ModelWorker:
                 state.sampler = None
             state.sampler = self.context.new_sampler(sampling)
             state.sampler_params = sampling
-        elif job.request.reset_sampler:
-            state.sampler.reset()  # a streaming step keeps the chain's history
+        elif job.request.reset_sampler and not job.started:
+            state.sampler.reset()  # a streaming step (or a resumed job) keeps the chain's history
 
     # 2-4. one step: plan, decode, sample -------------------------------------------
 
@@ -328,7 +370,7 @@ class ModelWorker:
     def _plan_batch(self) -> list[tuple[Job, int]]:
         """(job, tokens to take) within the batch capacity: generating jobs first, then prompt chunks;
         in sequence-id order, so llama.cpp can run them in one pass."""
-        budget = self._batch.capacity
+        budget = min(self._batch.capacity, self._free_cells())
         planned: list[tuple[Job, int]] = []
         for job in sorted(self._active, key=lambda j: j.pending):
             pending = job.pending
@@ -339,6 +381,34 @@ class ModelWorker:
             planned.append((job, take))
         planned.sort(key=lambda item: item[0].slot.seq_id if item[0].slot else 0)
         return planned
+
+    def _free_cells(self) -> int:
+        """KV cells free for this step: at least one per active job, evicting idle slots' caches and, if
+        that is not enough, pushing the newest lowest-priority jobs back to the queue."""
+        free = self.n_cells - self.cells_used
+        for idle in sorted((s for s in self.slots if not s.busy and s.kv), key=lambda s: s.last_used):
+            if free >= len(self._active):
+                break
+            free += len(idle.kv)
+            self._evict(idle)
+        while free < len(self._active) and len(self._active) > 1:
+            job = max(self._active, key=lambda j: (-j.request.priority, j.order))
+            assert job.slot is not None
+            free += len(job.slot.kv)
+            self._preempt(job)
+        return free
+
+    def _preempt(self, job: Job) -> None:
+        """Free a running job's cells and queue it again; it resumes from its tokens when cells free up."""
+        slot = job.slot
+        assert slot is not None
+        self._evict(slot)
+        slot.busy = False
+        job.slot = None
+        job.logits_index = -1
+        self._active.remove(job)
+        self._waiting.append(job)
+        self.preemptions += 1
 
     def _fill_batch(self, planned: list[tuple[Job, int]]) -> list[Job]:
         batch = self._batch

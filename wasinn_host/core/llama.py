@@ -27,6 +27,7 @@ import llama_cpp
 from .chat_template import model_chat_template
 from .errors import ErrorKind, WasiNNError
 from .params import ModelParams, SamplingParams
+from .runtime import KvLayout
 
 log = logging.getLogger("wasinn_host")
 llama_log = logging.getLogger("wasinn_host.llama")
@@ -206,12 +207,12 @@ class Batch:
 
 
 class LlamaContext:
-    """A llama.cpp context with ``n_seq`` independent sequences of ``n_ctx_seq`` tokens each."""
+    """A llama.cpp context laid out as ``layout`` says (one shared pool, or equal streams)."""
 
-    def __init__(self, model: LlamaModel, params: ModelParams, n_ctx_seq: int) -> None:
+    def __init__(self, model: LlamaModel, params: ModelParams, layout: KvLayout) -> None:
         cparams = llama_cpp.llama_context_default_params()
-        n_seq = params.n_parallel
-        cparams.n_ctx = n_ctx_seq * n_seq
+        n_seq, n_ctx_seq = layout.n_seq, layout.n_ctx_seq
+        cparams.n_ctx = layout.n_cells
         cparams.n_batch = params.batch_size
         cparams.n_ubatch = min(params.ubatch_size, params.batch_size)
         cparams.n_seq_max = n_seq
@@ -219,7 +220,7 @@ class LlamaContext:
         cparams.n_threads = threads
         cparams.n_threads_batch = params.threads_batch if params.threads_batch > 0 else threads
         cparams.embeddings = params.embedding
-        cparams.kv_unified = False
+        cparams.kv_unified = layout.unified
         cparams.flash_attn_type = {
             "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED, "enabled": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
             "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED, "disabled": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
@@ -234,6 +235,7 @@ class LlamaContext:
         self.model = model
         self.n_seq = n_seq
         self.n_ctx_seq = n_ctx_seq
+        self.n_cells = layout.n_cells
         self.n_batch: int = llama_cpp.llama_n_batch(ctx)
         self.memory = llama_cpp.llama_get_memory(ctx)
         self.threads = threads
@@ -435,9 +437,9 @@ class LlamaRuntime:
         """Load weights and vocabulary (invalid argument with llama.cpp's reason if it cannot)."""
         return LlamaModel(path, params)
 
-    def new_context(self, model: LlamaModel, params: ModelParams, n_ctx_seq: int) -> LlamaContext:
-        """A context of ``params.n_parallel`` sequences of ``n_ctx_seq`` tokens."""
-        return LlamaContext(model, params, n_ctx_seq)
+    def new_context(self, model: LlamaModel, params: ModelParams, layout: KvLayout) -> LlamaContext:
+        """A context laid out as ``layout`` says."""
+        return LlamaContext(model, params, layout)
 
     def kv_cache_bytes(self, model: LlamaModel, n_ctx: int) -> int:
         """Bytes of KV cache for ``n_ctx`` cells."""

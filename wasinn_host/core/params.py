@@ -28,8 +28,9 @@ class ModelParams:
     """Generation threads; 0 = all CPU cores."""
     threads_batch: int = 0
     """Prompt-processing threads; 0 = same as ``threads``."""
-    n_parallel: int = 4
-    """Sequences decoded together (execution contexts that hold KV cache at once)."""
+    n_parallel: int = 0
+    """Sequences decoded together.  0 (the default): as many as are computing, up to a cap, in one
+    shared KV pool; N: at most N, each with its own ``ctx-size`` cells."""
     embedding: bool = False
     flash_attn: str = "auto"
 

@@ -28,11 +28,16 @@ from .errors import ErrorKind, WasiNNError
 from .limits import physical_memory
 from .params import ModelParams
 from .preload import Preload, parse_preload
-from .runtime import Model, Runtime
+from .runtime import KvLayout, Model, Runtime
 
 log = logging.getLogger("wasinn_host")
 
 MAX_DEFAULT_CTX = 4096
+DEFAULT_POOL_SEQUENCES = 4
+"""Without ``n-parallel``, the shared KV pool holds this many full-length sequences."""
+MIN_CELLS_PER_SEQUENCE = 32
+MAX_SEQUENCES = 256
+"""llama.cpp's limit on sequence ids (``llama_max_parallel_sequences``)."""
 GGUF_MAGIC = b"GGUF"
 
 
@@ -60,6 +65,40 @@ class LoadedModel:
         return self.worker.n_ctx_seq
 
 
+def kv_layout(
+    params: ModelParams, n_ctx_seq: int, cell_bytes: int, make_room: Callable[[int], int], label: str
+) -> KvLayout:
+    """The KV layout of a new model context, within what ``make_room`` can free under the budget.
+
+    ``n-parallel`` N: N sequences of ``n_ctx_seq`` cells each, as asked, or a too-large error.
+    Unset (0): one pool shared by every sequence, so the number decoding together follows demand:
+    ``DEFAULT_POOL_SEQUENCES`` sequences' worth of cells (fewer if the budget is short, never less
+    than one sequence), and one sequence id per ``MIN_CELLS_PER_SEQUENCE`` cells, within llama.cpp's
+    limit and the batch size (llama.cpp reserves an output row per sequence in a batch).  Contexts
+    beyond what the pool holds wait in the queue.
+    """
+    wanted = n_ctx_seq * (params.n_parallel or DEFAULT_POOL_SEQUENCES)
+    room = make_room(wanted * cell_bytes)
+    if params.n_parallel:
+        if wanted * cell_bytes > room:
+            raise _kv_refusal(label, wanted * cell_bytes, room, f"{params.n_parallel} sequences x {n_ctx_seq} tokens")
+        return KvLayout(n_ctx_seq, params.n_parallel, wanted, unified=False)
+    n_cells = min(wanted, room // max(cell_bytes, 1))
+    if n_cells < n_ctx_seq:
+        raise _kv_refusal(label, n_ctx_seq * cell_bytes, room, f"one sequence of {n_ctx_seq} tokens")
+    n_seq = min(MAX_SEQUENCES, params.batch_size, max(1, n_cells // MIN_CELLS_PER_SEQUENCE))
+    return KvLayout(n_ctx_seq, n_seq, n_cells, unified=True)
+
+
+def _kv_refusal(label: str, needed: int, room: int, what: str) -> WasiNNError:
+    return WasiNNError(
+        ErrorKind.TOO_LARGE,
+        f"model {label}: a KV cache of {needed >> 20} MiB ({what}) exceeds the {room >> 20} MiB left under limit "
+        f"max_kv_bytes (lower ctx-size or n-parallel, or raise it with Limits(max_kv_bytes=...) or "
+        f"`wasinn run --max-kv-bytes`)",
+    )
+
+
 def _open_model(
     runtime: Runtime,
     path: Path,
@@ -73,30 +112,23 @@ def _open_model(
     weights = runtime.load_model(path, params)
     try:
         n_ctx_seq = params.ctx_size or min(weights.n_ctx_train or MAX_DEFAULT_CTX, MAX_DEFAULT_CTX)
-        kv = runtime.kv_cache_bytes(weights, n_ctx_seq * params.n_parallel)
-        kv_room = make_room(kv)
-        if kv > kv_room:
-            raise WasiNNError(
-                ErrorKind.TOO_LARGE,
-                (
-                    f"model {label}: a KV cache of {kv >> 20} MiB ({params.n_parallel} sequences x {n_ctx_seq} tokens) "
-                    f"exceeds the {kv_room >> 20} MiB left under limit max_kv_bytes (lower ctx-size or n-parallel, or "
-                    f"raise it with Limits(max_kv_bytes=...) or `wasinn run --max-kv-bytes`)"
-                ),
-            )
-        context = runtime.new_context(weights, params, n_ctx_seq)
+        layout = kv_layout(params, n_ctx_seq, runtime.kv_cache_bytes(weights, 1), make_room, label)
+        context = runtime.new_context(weights, params, layout)
     except BaseException:
         weights.close()
         raise
     worker = ModelWorker(weights, context, label)
     log.info(
-        "loaded model %s from %s in %.0f ms (%s, %d sequences x %d tokens, %d threads)",
+        "loaded model %s from %s in %.0f ms (%s; %d tokens per sequence, up to %d sequences in %d %s KV cells; "
+        "%d threads)",
         label,
         path,
         (time.perf_counter() - started) * 1000,
         weights.description,
-        context.n_seq,
         n_ctx_seq,
+        layout.n_seq,
+        layout.n_cells,
+        "shared" if layout.unified else "per-sequence",
         context.threads,
     )
     return LoadedModel(key, label, params, weights, worker, keep, path=path)

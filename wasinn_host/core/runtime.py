@@ -11,10 +11,25 @@ the front ends can be tested in milliseconds.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from .params import ModelParams, SamplingParams
+
+
+@dataclass(frozen=True)
+class KvLayout:
+    """How a context's KV cache is laid out: sequences, their length, and the cells they share."""
+
+    n_ctx_seq: int
+    """Tokens one sequence (execution context) may hold."""
+    n_seq: int
+    """Sequence ids: how many execution contexts can decode at once."""
+    n_cells: int
+    """KV cells of all sequences together."""
+    unified: bool
+    """One pool of cells shared by every sequence (else ``n_cells / n_seq`` cells each)."""
 
 
 class Model(Protocol):
@@ -80,7 +95,7 @@ class Sampler(Protocol):
 
 
 class Context(Protocol):
-    """An inference context with ``n_seq`` sequences of ``n_ctx_seq`` tokens each."""
+    """An inference context with ``n_seq`` sequences of up to ``n_ctx_seq`` tokens in ``n_cells`` cells."""
 
     @property
     def model(self) -> Model:
@@ -88,6 +103,7 @@ class Context(Protocol):
 
     n_seq: int
     n_ctx_seq: int
+    n_cells: int
     n_batch: int
     threads: int
     kv_bytes: int
@@ -129,7 +145,7 @@ class Runtime(Protocol):
     def load_model(self, path: Path, params: ModelParams) -> Model:
         """Load weights and vocabulary (invalid argument if the file cannot be loaded)."""
 
-    def new_context(self, model: Any, params: ModelParams, n_ctx_seq: int) -> Context:
+    def new_context(self, model: Any, params: ModelParams, layout: KvLayout) -> Context:
         """A context on a model this runtime loaded."""
 
     def kv_cache_bytes(self, model: Any, n_ctx: int) -> int:
