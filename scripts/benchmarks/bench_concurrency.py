@@ -22,7 +22,7 @@ tokens, it measures
 4. **memory**: peak resident memory (``VmRSS``, sampled every 2 ms) during a run of the largest
    N, against weights (``llama_model_size``; the GGUF file size is shown too) plus the KV cache
    computed from the model's shape (2 * n_layer * n_ctx_total * n_embd_kv * 2 bytes, F16), where
-   n_ctx_total = n-parallel (8) * ctx-size.  Overhead is shown both for the whole process and
+   the cells are the host's own (its status).  Overhead is shown both for the whole process and
    net of the process's RSS before any model was loaded (interpreter, wasmtime, llama.cpp
    libraries).  Target: within weights + KV + 15 %.
 5. **prefix reuse**: time to first token through the ABI (a small WAT guest that calls
@@ -66,7 +66,7 @@ from wasinn_host.testing.gguf_models import write_random_model
 
 GUEST = ROOT / "guest_examples" / "complete.wasm"
 ALIAS = "bench"
-N_PARALLEL = 8
+MAX_N = 64
 N_BATCH = 512
 ALPHABET = string.ascii_letters
 
@@ -132,10 +132,16 @@ class HostRun:
     decoded_tokens: int
 
 
-def host_config(n_tokens: int, ctx_size: int, threads: int) -> dict[str, object]:
-    """The guest's WASINN_CONFIG: equal load-time keys everywhere, so one loaded model serves all."""
-    return {"temp": 0, "ignore-eos": True, "n-predict": n_tokens, "n-parallel": N_PARALLEL,
-            "ctx-size": ctx_size, "threads": threads, "batch-size": N_BATCH}
+def host_config(n_tokens: int, ctx_size: int, threads: int, n_parallel: int) -> dict[str, object]:
+    """The guest's WASINN_CONFIG: equal load-time keys everywhere, so one loaded model serves all.
+
+    Only the keys a real guest sets (ctx-size, batch-size, threads, temp, n-predict); ``n-parallel``
+    only when asked for (0: unset, the default a user gets)."""
+    config: dict[str, object] = {"temp": 0, "ignore-eos": True, "n-predict": n_tokens, "ctx-size": ctx_size,
+                                 "threads": threads, "batch-size": N_BATCH}
+    if n_parallel:
+        config["n-parallel"] = n_parallel
+    return config
 
 
 def host_run(nn: WasiNN, module: wasmtime.Module, prompts: list[str], config: dict[str, object],
@@ -372,7 +378,9 @@ def main() -> int:
     parser.add_argument("--prompt-tokens", type=int, default=32,
                         help="prompt length in letters (~tokens; one more for BOS) per guest (default 32)")
     parser.add_argument("--n", default="1,2,4,8", help=f"concurrent guests to measure, comma-separated, each <= "
-                        f"{N_PARALLEL} (default 1,2,4,8)")
+                        f"{MAX_N} (default 1,2,4,8)")
+    parser.add_argument("--host-n-parallel", type=int, default=0, metavar="N",
+                        help="set n-parallel N in the guests' config (default: unset, as real guests do)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs of each N; the median is reported (default 3)")
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads for both (default 2)")
     parser.add_argument("--native-kv-unified", action="store_true",
@@ -384,13 +392,13 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1, help="seed of the random prompts (default 1)")
     args = parser.parse_args()
     ns = sorted({int(x) for x in args.n.split(",") if x.strip()})
-    if not ns or ns[0] < 1 or ns[-1] > N_PARALLEL:
-        parser.error(f"--n values must be 1..{N_PARALLEL}")
+    if not ns or ns[0] < 1 or ns[-1] > MAX_N:
+        parser.error(f"--n values must be 1..{MAX_N}")
     rng = random.Random(args.seed)
     baseline_rss = rss_bytes()
     ctx_size = round_up(max(args.prompt_tokens + 1 + args.tokens + 8,
                             args.prefix_tokens + args.extra_tokens + 1 + 8), 256)
-    config = host_config(args.tokens, ctx_size, args.threads)
+    config = host_config(args.tokens, ctx_size, args.threads, args.host_n_parallel)
 
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
@@ -405,7 +413,7 @@ def main() -> int:
         module = nn.load_module(GUEST)
         compile_ms = (time.perf_counter() - compile_started) * 1000.0
         host_run(nn, module, random_prompts(rng, 1, args.prompt_tokens), dict(config, **{"n-predict": 4}), workdir)
-        llama = nn.registry.loaded()[0].llama
+        llama = nn.registry.loaded()[0].weights
         lengths = {len(llama.tokenize(p.encode())) for p in random_prompts(rng, 8, args.prompt_tokens)}
         assert len(lengths) == 1, f"prompts tokenize to different lengths: {lengths}"
         prompt_len = lengths.pop()
@@ -413,7 +421,10 @@ def main() -> int:
         # memory: peak RSS while the largest N guests run (before the native model is loaded)
         with PeakRss() as peak:
             host_run(nn, module, random_prompts(rng, ns[-1], args.prompt_tokens), config, workdir)
-        kv_bytes = 2 * n_layer * (N_PARALLEL * ctx_size) * n_embd_kv * 2
+        (model_status,) = nn.status()["models"]  # after the largest N: the sequences it grew to
+        kv_bytes = model_status["kv_cache_bytes"]
+        kv_sequences = model_status["sequences"]
+        high_water = model_status["sequences_high_water"]
 
         native_model = native_load(model_path)
         native_run(native_model, [native_model.tokenize(p) for p in random_prompts(rng, 2, args.prompt_tokens)],
@@ -447,7 +458,9 @@ def main() -> int:
     print(f"model: {label}, {mib(file_size).strip()} file; {args.threads} threads; prompts {prompt_len} tokens "
           f"(with BOS), {args.tokens} generated tokens per guest, greedy; ctx-size {ctx_size} per sequence; "
           f"median of {args.runs} runs; guest compiled once ({compile_ms:.0f} ms)")
-    print(f"host: complete.wasm x N through one WasiNN, n-parallel {N_PARALLEL}; native: n_seq_max N, "
+    n_parallel = f"n-parallel {args.host_n_parallel}" if args.host_n_parallel else "n-parallel unset"
+    print(f"host: complete.wasm x N through one WasiNN, {n_parallel} (at most {high_water} sequences decoded "
+          f"together); native: n_seq_max N, "
           f"kv_unified {'true' if args.native_kv_unified else 'false'}, one llama_decode per step")
     print()
     print(f"{'N':>3}  {'host tok/s':>10}  {'native tok/s':>12}  {'host/native':>11}  {'host xN=1':>9}  "
@@ -470,9 +483,8 @@ def main() -> int:
     net = peak.peak - before_load_rss
     print(f"memory with {ns[-1]} guests running (peak VmRSS, sampled every 2 ms):")
     print(f"  weights (llama_model_size)        {mib(weights)}   (GGUF file {mib(file_size).strip()})")
-    kv_label = f"KV cache 2*{n_layer}*{N_PARALLEL * ctx_size}*{n_embd_kv}*2 B"
-    print(f"  {kv_label:<34}{mib(kv_bytes)}   "
-          f"({N_PARALLEL} sequences x {ctx_size} tokens, F16)")
+    kv_label = f"KV cache 2*{n_layer}*{kv_sequences * ctx_size}*{n_embd_kv}*2 B"
+    print(f"  {kv_label:<34}{mib(kv_bytes)}   ({kv_sequences} sequences x {ctx_size} tokens, F16)")
     print(f"  weights + KV                      {mib(expected)}")
     print(f"  process RSS before model load     {mib(before_load_rss)}   (at start: {mib(baseline_rss).strip()})")
     print(f"  peak RSS                          {mib(process)}   overhead vs weights+KV: "

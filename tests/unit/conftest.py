@@ -32,8 +32,9 @@ def make_nn(fake_model: pathlib.Path) -> Iterator[MakeNN]:
     made: list[WasiNN] = []
 
     def make(limits: Limits | None = None, decode_delay: float = 0.0, n_ctx_train: int = 512) -> WasiNN:
-        backend = fake_backend([f"succ:GGML:AUTO:{fake_model}"], limits,
-                               FakeRuntime(n_ctx_train=n_ctx_train, decode_delay=decode_delay))
+        backend = fake_backend(
+            [f"succ:GGML:AUTO:{fake_model}"], limits, FakeRuntime(n_ctx_train=n_ctx_train, decode_delay=decode_delay)
+        )
         made.append(WasiNN(backend=backend))
         return made[-1]
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pathlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -14,21 +15,32 @@ from wasinn_host.core.engine import ContextState, ModelWorker
 from wasinn_host.core.errors import ErrorKind
 from wasinn_host.core.generation import GenerationRequest, GenerationResult, StopReason
 from wasinn_host.core.params import ModelParams, SamplingParams, StopParams
-from wasinn_host.core.runtime import KvLayout
+from wasinn_host.core.runtime import Context, KvLayout
 from wasinn_host.testing.successor import successor_tokenize
 
 GREEDY = SamplingParams(temp=0.0)
 
 
-def make_worker(model_path: pathlib.Path, n_seq: int = 4, batch: int = 64, n_ctx_seq: int = 64,
-                delay: float = 0.0, n_cells: int = 0) -> ModelWorker:
-    """A worker on the fake runtime: ``n_seq`` sequences of ``n_ctx_seq`` cells each, or with ``n_cells``
-    one shared pool of that many cells."""
+def make_worker(
+    model_path: pathlib.Path, n_seq: int = 4, batch: int = 64, n_ctx_seq: int = 64, delay: float = 0.0, grow_to: int = 0
+) -> ModelWorker:
+    """A worker on the fake runtime with ``n_seq`` sequences of ``n_ctx_seq`` cells; with ``grow_to``,
+    it may grow to that many sequences when more contexts compute at once."""
     runtime = FakeRuntime(decode_delay=delay)
     params = ModelParams(n_parallel=n_seq, batch_size=batch)
     model = runtime.load_model(model_path, params)
-    layout = KvLayout(n_ctx_seq, n_seq, n_cells or n_seq * n_ctx_seq, unified=bool(n_cells))
-    return ModelWorker(model, runtime.new_context(model, params, layout), "fake")
+
+    def grow(wanted: int) -> Callable[[], Context] | None:  # as the registry does: at least double, up to the cap
+        n = min(max(wanted, 2 * made.context.n_seq), grow_to)
+        return (
+            functools.partial(runtime.new_context, model, params, KvLayout(n_ctx_seq, n))
+            if n > made.context.n_seq
+            else None
+        )
+
+    layout = KvLayout(n_ctx_seq, n_seq)
+    made = ModelWorker(model, runtime.new_context(model, params, layout), "fake", grow if grow_to else None)
+    return made
 
 
 @pytest.fixture
@@ -81,8 +93,9 @@ def test_prefix_is_reused_and_a_long_prompt_is_decoded_in_chunks(fake_model: pat
 def test_contexts_decode_together(fake_model: pathlib.Path) -> None:
     worker = make_worker(fake_model, delay=0.005)
     results: list[GenerationResult] = []
-    threads = [threading.Thread(target=lambda: results.append(worker.submit(request("a"), ContextState())))
-               for _ in range(4)]
+    threads = [
+        threading.Thread(target=lambda: results.append(worker.submit(request("a"), ContextState()))) for _ in range(4)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -158,28 +171,21 @@ def test_fake_model_tokenizes_like_the_real_vocabulary(fake_model: pathlib.Path)
     assert b"".join(model.piece(t) for t in model.tokenize(b"<s>x</s>", add_special=False)) == b"<s>x</s>"
 
 
-def test_shared_pool_decodes_every_context_and_pushes_back_when_full(fake_model: pathlib.Path) -> None:
-    """16 sequence ids in a pool of 100 cells: 8 short contexts all decode together; 4 long ones
-    cannot all fit, so some wait (or are pushed back) and still finish with the right text."""
-    worker = make_worker(fake_model, n_seq=16, n_ctx_seq=64, n_cells=100, delay=0.002)
+def test_sequences_grow_when_more_contexts_compute(fake_model: pathlib.Path) -> None:
+    """Two sequences to start with; eight contexts computing at once make the worker move to bigger
+    contexts (re-decoding the running jobs' tokens) until all eight decode together."""
+    worker = make_worker(fake_model, n_seq=2, delay=0.002, grow_to=8)
     results: list[GenerationResult] = []
 
-    def run(prompt: str, limit: int) -> None:
-        results.append(worker.submit(request(prompt, limit=limit), ContextState()))
+    def run(prompt: str) -> None:
+        results.append(worker.submit(request(prompt, limit=20), ContextState()))
 
-    threads = [threading.Thread(target=run, args=("a", 5)) for _ in range(8)]
+    threads = [threading.Thread(target=run, args=("a",)) for _ in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert [text(r) for r in results] == ["bcdef"] * 8
-    assert worker.sequences_high_water == 8 and worker.preemptions == 0
-    results.clear()
-    threads = [threading.Thread(target=run, args=("7", 40)) for _ in range(4)]  # 42 cells each
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert [text(r) for r in results] == [("8901234567" * 4)] * 4
-    assert worker.cells_used <= 100
+    assert [text(r) for r in results] == ["bcdefghijklmnopqrstu"] * 8
+    assert (len(worker.slots), worker.sequences_high_water) == (8, 8)
+    assert worker.growths in (1, 2), "2 -> 8, or 2 -> 4 -> 8 when the contexts arrive one by one"
     worker.close()

@@ -150,7 +150,7 @@ def check_max_kv_bytes(make_nn: MakeNN, model: bytes) -> None:
     # the fake runtime's KV cache is 1 KiB a cell; a sequence is 512 cells
     guest = AbiGuest.create(make_nn(Limits(max_kv_bytes=1 << 20)))
     assert guest.load_by_name("succ", '{"n-parallel": 4}')[0] == Errno.TOO_LARGE, "4 x 512 cells: 2 MiB"
-    assert guest.load_by_name("succ")[0] == 0, "the shared pool shrinks to the budget: 1024 cells"
+    assert guest.load_by_name("succ")[0] == 0, "without n-parallel it starts with the 2 sequences that fit"
     (model_entry,) = guest.nn.status()["models"]
     assert model_entry["kv_cache_bytes"] == 1 << 20
     small = AbiGuest.create(make_nn(Limits(max_kv_bytes=256 << 10)))

@@ -19,6 +19,7 @@ print("llama_cpp" in sys.modules)
 
 
 def test_fake_backend_never_imports_llama_cpp(fake_model: pathlib.Path) -> None:
-    out = subprocess.run([sys.executable, "-c", SCRIPT, str(fake_model)], capture_output=True, text=True, timeout=60,
-                         check=True).stdout.splitlines()
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(fake_model)], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.splitlines()
     assert out == ["(0, 'bcdefghijklmnopqrstuvwxyz</s>')", "False"]

@@ -155,7 +155,6 @@ class FakeContext:
         self.model = model
         self.n_seq = layout.n_seq
         self.n_ctx_seq = layout.n_ctx_seq
-        self.n_cells = layout.n_cells
         self.n_batch = params.batch_size
         self.threads = params.threads if params.threads > 0 else 1
         self.kv_bytes = KV_BYTES_PER_CELL * layout.n_cells
@@ -177,8 +176,6 @@ class FakeContext:
         """Store each token at its position; refuse a gap (llama.cpp's rule) with 1."""
         if self._delay:
             time.sleep(self._delay)
-        if sum(map(len, self._cells)) + batch.n > self.n_cells:
-            return 1  # no free cells (llama.cpp: "failed to find a memory slot")
         for token, pos, seq_id, _logits in batch.tokens:
             cells = self._cells[seq_id]
             if pos != len(cells) or len(cells) >= self.n_ctx_seq:

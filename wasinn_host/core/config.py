@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 import orjson
 
 from .errors import ErrorKind, WasiNNError, invalid
-from .params import DEFAULT_SEED, ContextParams, ModelParams, SamplingParams, StopParams, PromptOptions  # noqa: F401
+from .params import DEFAULT_SEED, ContextParams, ModelParams, PromptOptions, SamplingParams, StopParams  # noqa: F401
 
 log = logging.getLogger("wasinn_host")
 
@@ -77,8 +77,12 @@ _KEYS: tuple[KeySpec, ...] = (
     KeySpec("n-parallel", int, "model", "n_parallel", _between(1, 256), "1 to 256"),
     KeySpec("embedding", bool, "model", "embedding"),
     KeySpec(
-        "flash-attn", str, "model", "flash_attn",
-        _one_of("on", "enabled", "off", "disabled", "auto"), "on, enabled, off, disabled or auto",
+        "flash-attn",
+        str,
+        "model",
+        "flash_attn",
+        _one_of("on", "enabled", "off", "disabled", "auto"),
+        "on, enabled, off, disabled or auto",
     ),
     # sampling
     KeySpec("temp", float, "sampling", "temp", clamp_min=0.0),
@@ -103,13 +107,15 @@ _KEYS: tuple[KeySpec, ...] = (
     KeySpec("dry-last-n", int, "sampling", "dry_last_n", _at_least(-1), ">= -1 (-1 = context size)"),
     KeySpec("dry-sequence-breakers", list, "sampling", "dry_sequence_breakers"),
     KeySpec("min-keep", int, "sampling", "min_keep", _between(0, 1 << 20), "0 to 1048576"),
-    KeySpec("seed", int, "sampling", "seed", _between(0, DEFAULT_SEED), f"0 to {DEFAULT_SEED} ({DEFAULT_SEED} = random)"),
+    KeySpec(
+        "seed", int, "sampling", "seed", _between(0, DEFAULT_SEED), f"0 to {DEFAULT_SEED} ({DEFAULT_SEED} = random)"
+    ),
     KeySpec("logit-bias", dict, "sampling", "logit_bias"),
     KeySpec("grammar", str, "sampling", "grammar"),
     KeySpec("json-schema", str, "sampling", "json_schema"),
     KeySpec("n-probs", int, "sampling", "n_probs", _between(0, 100), "0 to 100"),
     # stop rules
-    KeySpec("n-predict", int, "stopping", "n_predict", _at_least(-2**63), "any integer (< 0 = unlimited)"),
+    KeySpec("n-predict", int, "stopping", "n_predict", _at_least(-(2**63)), "any integer (< 0 = unlimited)"),
     KeySpec("reverse-prompt", str, "stopping", "reverse_prompt"),
     KeySpec("stop", list, "stopping", "stop"),
     KeySpec("max-time-ms", int, "stopping", "max_time_ms", _at_least(0), ">= 0 (0 = no limit)"),
@@ -121,8 +127,17 @@ _KEYS: tuple[KeySpec, ...] = (
     KeySpec("ctx-shift", bool, "options", "ctx_shift"),
     KeySpec("n-keep", int, "options", "n_keep", _at_least(-1), ">= -1 (-1 = the whole prompt)"),
     KeySpec("priority", int, "options", "priority", _between(-100, 100), "-100 to 100 (higher runs first)"),
-    KeySpec("queue-timeout-ms", int, "options", "queue_timeout_ms", _at_least(-1), ">= -1 (-1 = host default, 0 = none)"),
-    KeySpec("embd-normalize", int, "options", "embd_normalize", _at_least(-1), ">= -1 (-1 none, 0 max-abs, 1 taxicab, 2 L2, >2 p-norm)"),
+    KeySpec(
+        "queue-timeout-ms", int, "options", "queue_timeout_ms", _at_least(-1), ">= -1 (-1 = host default, 0 = none)"
+    ),
+    KeySpec(
+        "embd-normalize",
+        int,
+        "options",
+        "embd_normalize",
+        _at_least(-1),
+        ">= -1 (-1 none, 0 max-abs, 1 taxicab, 2 L2, >2 p-norm)",
+    ),
     # logging
     KeySpec("enable-log", bool, "logging", "enable_log"),
     KeySpec("enable-debug-log", bool, "logging", "enable_debug_log"),
@@ -160,10 +175,28 @@ SECTIONS = ("sampling", "stopping", "memory", "model")
 # Keys WasmEdge's GGML plugin accepts that this host does not implement: warned once.
 _NOT_IMPLEMENTED = frozenset(
     {
-        "mmproj", "image", "always-regenerate-image-embd", "tensor-split", "split-mode",
-        "cpu-moe", "n-cpu-moe", "reranking", "pooling-type", "attention-type", "rope-scaling-type",
-        "tts", "model-vocoder", "tts-output-file", "tts-speaker-file", "n-prev", "top-n-sigma",
-        "rope-freq-base", "rope-freq-scale", "cache-type-k", "cache-type-v", "no-kv-offload",
+        "mmproj",
+        "image",
+        "always-regenerate-image-embd",
+        "tensor-split",
+        "split-mode",
+        "cpu-moe",
+        "n-cpu-moe",
+        "reranking",
+        "pooling-type",
+        "attention-type",
+        "rope-scaling-type",
+        "tts",
+        "model-vocoder",
+        "tts-output-file",
+        "tts-speaker-file",
+        "n-prev",
+        "top-n-sigma",
+        "rope-freq-base",
+        "rope-freq-scale",
+        "cache-type-k",
+        "cache-type-v",
+        "no-kv-offload",
     }
 )
 _warned: set[str] = set()
@@ -208,9 +241,15 @@ def json_type(value: Any) -> str:
     return "array" if isinstance(value, list) else "object"
 
 
-_EXPECTED = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
-             list: "an array of strings", dict: "an object of token id -> bias",
-             object: "true, false or a template string"}
+_EXPECTED = {
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    str: "a string",
+    list: "an array of strings",
+    dict: "an object of token id -> bias",
+    object: "true, false or a template string",
+}
 
 
 def _type_ok(kind: type, value: Any) -> bool:
@@ -242,8 +281,10 @@ def _logit_bias(name: str, value: Any) -> tuple[tuple[int, float], ...]:
             if isinstance(bias, bool) or not isinstance(bias, (int, float)) or token_id < 0:
                 raise ValueError
         except (TypeError, ValueError):
-            raise invalid(f"config key {name!r}: entry {pair!r} is not accepted; expected "
-                          f"token id (integer >= 0) -> bias (number, or false to ban the token)") from None
+            raise invalid(
+                f"config key {name!r}: entry {pair!r} is not accepted; expected "
+                f"token id (integer >= 0) -> bias (number, or false to ban the token)"
+            ) from None
         out.append((token_id, float(bias)))
     return tuple(out)
 

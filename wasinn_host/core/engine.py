@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .errors import ErrorKind, WasiNNError
 from .generation import GenerationRequest, GenerationResult, StopReason
@@ -32,6 +33,10 @@ from .params import SamplingParams
 from .runtime import Context, Model, Sampler
 
 log = logging.getLogger("wasinn_host")
+
+Grow = Callable[[int], "Callable[[], Context] | None"]
+"""For up to that many sequences: a maker of a bigger inference context (called once the old one is
+freed), or None if there is no room for even one more sequence."""
 
 
 class ContextState:
@@ -70,8 +75,6 @@ class Job:
     logits_index: int = -1
     t_start: float = 0.0
     t_first: float = 0.0
-    started: bool = False
-    """Admitted once already (a job pushed back to the queue to free KV cells resumes where it was)."""
     done: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -96,15 +99,15 @@ _FAILURES: dict[StopReason, ErrorKind] = {
 class ModelWorker:
     """Drives one inference context from one thread for every execution context of a model."""
 
-    def __init__(self, model: Model, context: Context, name: str) -> None:
+    def __init__(self, model: Model, context: Context, name: str, grow: Grow | None = None) -> None:
         self.model = model
         self.context = context
         self.name = name
+        self._grow = grow
         self.n_ctx_seq = context.n_ctx_seq
         self.slots = [Slot(i) for i in range(context.n_seq)]
-        self.n_cells = context.n_cells
         self.sequences_high_water = 0
-        self.preemptions = 0
+        self.growths = 0
         self._batch = context.new_batch()
         self._incoming: collections.deque[Job] = collections.deque()
         self._waiting: list[Job] = []
@@ -166,11 +169,6 @@ class ModelWorker:
         """Slots decoding now."""
         return sum(1 for s in self.slots if s.busy)
 
-    @property
-    def cells_used(self) -> int:
-        """KV cells holding tokens, over all slots."""
-        return sum(len(s.kv) for s in self.slots)
-
     def release(self, state: ContextState) -> None:
         """Forget an execution context: free its sampler; its slot's KV stays reusable."""
         state.closed = True
@@ -228,7 +226,6 @@ class ModelWorker:
         """Start waiting jobs, highest priority first, then in arrival order; expire old ones."""
         still_waiting: list[Job] = []
         now = time.perf_counter()
-        blocked = False  # an earlier job waits for KV cells: later ones must not overtake it
         for job in sorted(self._waiting, key=lambda j: (-j.request.priority, j.order)):
             timeout_ms = job.request.queue_timeout_ms
             if job.state.cancelled:
@@ -244,33 +241,34 @@ class ModelWorker:
                 still_waiting.append(job)
             elif (slot := self._pick_slot(job)) is None:
                 still_waiting.append(job)
-            elif blocked or not self._room_for(job, slot):
-                blocked = True
-                still_waiting.append(job)
             else:
                 self._start(job, slot)
         self._waiting = still_waiting
         self.sequences_high_water = max(self.sequences_high_water, self.busy_sequences)
+        if self._waiting and self._grow is not None and not self._has_free_slot():
+            self._add_sequences(self.busy_sequences + len(self._waiting))
 
-    def _room_for(self, job: Job, slot: Slot) -> bool:
-        """Whether the KV cells the job needs on ``slot`` are free, evicting idle slots' caches if needed.
+    def _add_sequences(self, wanted: int) -> None:
+        """More contexts compute than there are sequences: move to a bigger inference context.
 
-        A job alone always fits (a prompt is shorter than one sequence, and the pool holds one).
+        ``grow`` (from the registry) makes one with room for up to ``wanted`` sequences within the
+        KV budget and llama.cpp's limits, or returns None.  The caches move over empty: running jobs
+        re-decode their tokens in the next batches, idle contexts their prompts when they next run.
         """
-        keep = self._reusable(job, slot)
-        need = len(job.tokens) - keep + 1
-        free = self.n_cells - self.cells_used + len(slot.kv) - keep
-        for idle in sorted((s for s in self.slots if not s.busy and s.kv and s is not slot), key=lambda s: s.last_used):
-            if free >= need:
-                break
-            free += len(idle.kv)
-            self._evict(idle)
-        return free >= need or not self._active
-
-    def _evict(self, slot: Slot) -> None:
-        """Free an idle slot's cells (its context re-decodes its prompt next time)."""
-        self.context.seq_rm(slot.seq_id, 0)
-        slot.kv.clear()
+        assert self._grow is not None
+        make_bigger = self._grow(wanted)
+        if make_bigger is None:
+            self._grow = None  # at the cap: the rest wait in the queue
+            return
+        self._batch.close()
+        self.context.close()  # first, so the old and the new cache are never in memory together
+        bigger = make_bigger()
+        self.context, self._batch = bigger, bigger.new_batch()
+        for slot in self.slots:
+            slot.kv.clear()
+        self.slots += [Slot(i) for i in range(len(self.slots), bigger.n_seq)]
+        self.growths += 1
+        log.info("model %s: %d contexts computing at once; now %d sequences", self.name, wanted, bigger.n_seq)
 
     def _has_free_slot(self) -> bool:
         return any(not s.busy for s in self.slots)
@@ -305,17 +303,14 @@ class ModelWorker:
         slot.busy = True
         job.state.slot = slot
         job.slot = slot
-        kept = self._trim_kv(job, slot)
-        if not job.started:
-            job.result.reused_tokens = kept
-            self.reused_tokens += kept
+        job.result.reused_tokens = self._trim_kv(job, slot)
+        self.reused_tokens += job.result.reused_tokens
         try:
             self._prepare_sampler(job)
         except WasiNNError as err:
             log.warning("model %s: %s", self.name, err)
             self._finish(job, StopReason.REJECTED, err.message, err.kind)
             return
-        job.started = True
         self._active.append(job)
 
     def _trim_kv(self, job: Job, slot: Slot) -> int:
@@ -341,8 +336,8 @@ class ModelWorker:
                 state.sampler = None
             state.sampler = self.context.new_sampler(sampling)
             state.sampler_params = sampling
-        elif job.request.reset_sampler and not job.started:
-            state.sampler.reset()  # a streaming step (or a resumed job) keeps the chain's history
+        elif job.request.reset_sampler:
+            state.sampler.reset()  # a streaming step keeps the chain's history
 
     # 2-4. one step: plan, decode, sample -------------------------------------------
 
@@ -370,7 +365,7 @@ class ModelWorker:
     def _plan_batch(self) -> list[tuple[Job, int]]:
         """(job, tokens to take) within the batch capacity: generating jobs first, then prompt chunks;
         in sequence-id order, so llama.cpp can run them in one pass."""
-        budget = min(self._batch.capacity, self._free_cells())
+        budget = self._batch.capacity
         planned: list[tuple[Job, int]] = []
         for job in sorted(self._active, key=lambda j: j.pending):
             pending = job.pending
@@ -381,34 +376,6 @@ class ModelWorker:
             planned.append((job, take))
         planned.sort(key=lambda item: item[0].slot.seq_id if item[0].slot else 0)
         return planned
-
-    def _free_cells(self) -> int:
-        """KV cells free for this step: at least one per active job, evicting idle slots' caches and, if
-        that is not enough, pushing the newest lowest-priority jobs back to the queue."""
-        free = self.n_cells - self.cells_used
-        for idle in sorted((s for s in self.slots if not s.busy and s.kv), key=lambda s: s.last_used):
-            if free >= len(self._active):
-                break
-            free += len(idle.kv)
-            self._evict(idle)
-        while free < len(self._active) and len(self._active) > 1:
-            job = max(self._active, key=lambda j: (-j.request.priority, j.order))
-            assert job.slot is not None
-            free += len(job.slot.kv)
-            self._preempt(job)
-        return free
-
-    def _preempt(self, job: Job) -> None:
-        """Free a running job's cells and queue it again; it resumes from its tokens when cells free up."""
-        slot = job.slot
-        assert slot is not None
-        self._evict(slot)
-        slot.busy = False
-        job.slot = None
-        job.logits_index = -1
-        self._active.remove(job)
-        self._waiting.append(job)
-        self.preemptions += 1
 
     def _fill_batch(self, planned: list[tuple[Job, int]]) -> list[Job]:
         batch = self._batch

@@ -101,7 +101,9 @@ class LlamaModel:
         mparams.n_gpu_layers = params.n_gpu_layers if params.n_gpu_layers >= 0 else 2**31 - 1
         mparams.main_gpu = params.main_gpu
         if params.use_mmap:
-            mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK if params.use_mlock else llama_cpp.LLAMA_LOAD_MODE_MMAP
+            mparams.load_mode = (
+                llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK if params.use_mlock else llama_cpp.LLAMA_LOAD_MODE_MMAP
+            )
         else:
             mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_MLOCK if params.use_mlock else llama_cpp.LLAMA_LOAD_MODE_NONE
         with capture_llama_log() as lines:
@@ -207,7 +209,7 @@ class Batch:
 
 
 class LlamaContext:
-    """A llama.cpp context laid out as ``layout`` says (one shared pool, or equal streams)."""
+    """A llama.cpp context with ``layout.n_seq`` independent sequences of ``layout.n_ctx_seq`` tokens each."""
 
     def __init__(self, model: LlamaModel, params: ModelParams, layout: KvLayout) -> None:
         cparams = llama_cpp.llama_context_default_params()
@@ -220,10 +222,12 @@ class LlamaContext:
         cparams.n_threads = threads
         cparams.n_threads_batch = params.threads_batch if params.threads_batch > 0 else threads
         cparams.embeddings = params.embedding
-        cparams.kv_unified = layout.unified
+        cparams.kv_unified = False  # one stream per sequence: attention only over its own cells
         cparams.flash_attn_type = {
-            "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED, "enabled": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
-            "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED, "disabled": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+            "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+            "enabled": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+            "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+            "disabled": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
         }.get(params.flash_attn, llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO)
         ctx = llama_cpp.llama_init_from_model(model.ptr, cparams)
         if not ctx:
@@ -235,7 +239,6 @@ class LlamaContext:
         self.model = model
         self.n_seq = n_seq
         self.n_ctx_seq = n_ctx_seq
-        self.n_cells = layout.n_cells
         self.n_batch: int = llama_cpp.llama_n_batch(ctx)
         self.memory = llama_cpp.llama_get_memory(ctx)
         self.threads = threads
@@ -357,8 +360,10 @@ def check_sampling(model: LlamaModel, params: SamplingParams) -> None:
     """Raise an invalid-argument error if the grammar does not parse or a logit-bias token is not in the vocabulary."""
     for token, _bias in params.logit_bias:
         if token >= model.n_vocab:
-            raise WasiNNError(ErrorKind.INVALID_ARGUMENT,
-                              f"config key 'logit-bias': token id {token} is not in the vocabulary of {model.n_vocab}")
+            raise WasiNNError(
+                ErrorKind.INVALID_ARGUMENT,
+                f"config key 'logit-bias': token id {token} is not in the vocabulary of {model.n_vocab}",
+            )
     if params.grammar:
         llama_cpp.llama_sampler_free(grammar_sampler(model, params.grammar))
 
@@ -371,21 +376,34 @@ def _sampler_stages(model: LlamaModel, p: SamplingParams, n_ctx_seq: int) -> lis
         biases = (llama_cpp.llama_logit_bias * len(p.logit_bias))()
         for i, (token, bias) in enumerate(p.logit_bias):
             if token >= model.n_vocab:
-                raise WasiNNError(ErrorKind.INVALID_ARGUMENT,
-                                  f"config key 'logit-bias': token id {token} is not in the vocabulary of {model.n_vocab}")
+                raise WasiNNError(
+                    ErrorKind.INVALID_ARGUMENT,
+                    f"config key 'logit-bias': token id {token} is not in the vocabulary of {model.n_vocab}",
+                )
             biases[i].token = llama_cpp.llama_token(token)
             biases[i].bias = bias
         stages.append(llama_cpp.llama_sampler_init_logit_bias(model.n_vocab, len(p.logit_bias), biases))
     last_n = n_ctx_seq if p.last_n_penalty < 0 else p.last_n_penalty
     if p.repeat_penalty != 1.0 or p.presence_penalty or p.frequency_penalty:
-        stages.append(llama_cpp.llama_sampler_init_penalties(
-            model.n_vocab, last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty))
+        stages.append(
+            llama_cpp.llama_sampler_init_penalties(
+                model.n_vocab, last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty
+            )
+        )
     if p.dry_multiplier > 0:
         breakers = (ctypes.c_char_p * len(p.dry_sequence_breakers))(*(b.encode() for b in p.dry_sequence_breakers))
         dry_last_n = n_ctx_seq if p.dry_last_n < 0 else p.dry_last_n
-        stages.append(llama_cpp.llama_sampler_init_dry(
-            model.vocab, p.dry_multiplier, p.dry_base, p.dry_allowed_length, dry_last_n,
-            breakers, len(p.dry_sequence_breakers)))
+        stages.append(
+            llama_cpp.llama_sampler_init_dry(
+                model.vocab,
+                p.dry_multiplier,
+                p.dry_base,
+                p.dry_allowed_length,
+                dry_last_n,
+                breakers,
+                len(p.dry_sequence_breakers),
+            )
+        )
     if p.greedy:
         stages.append(llama_cpp.llama_sampler_init_greedy())
         return stages

@@ -28,14 +28,13 @@ from .errors import ErrorKind, WasiNNError
 from .limits import physical_memory
 from .params import ModelParams
 from .preload import Preload, parse_preload
-from .runtime import KvLayout, Model, Runtime
+from .runtime import Context, KvLayout, Model, Runtime
 
 log = logging.getLogger("wasinn_host")
 
 MAX_DEFAULT_CTX = 4096
-DEFAULT_POOL_SEQUENCES = 4
-"""Without ``n-parallel``, the shared KV pool holds this many full-length sequences."""
-MIN_CELLS_PER_SEQUENCE = 32
+DEFAULT_SEQUENCES = 4
+"""Without ``n-parallel``, a model starts with this many sequences and grows with demand."""
 MAX_SEQUENCES = 256
 """llama.cpp's limit on sequence ids (``llama_max_parallel_sequences``)."""
 GGUF_MAGIC = b"GGUF"
@@ -71,23 +70,32 @@ def kv_layout(
     """The KV layout of a new model context, within what ``make_room`` can free under the budget.
 
     ``n-parallel`` N: N sequences of ``n_ctx_seq`` cells each, as asked, or a too-large error.
-    Unset (0): one pool shared by every sequence, so the number decoding together follows demand:
-    ``DEFAULT_POOL_SEQUENCES`` sequences' worth of cells (fewer if the budget is short, never less
-    than one sequence), and one sequence id per ``MIN_CELLS_PER_SEQUENCE`` cells, within llama.cpp's
-    limit and the batch size (llama.cpp reserves an output row per sequence in a batch).  Contexts
-    beyond what the pool holds wait in the queue.
+    Unset (0): ``DEFAULT_SEQUENCES`` to start with (fewer if the budget is short, never less than
+    one); the worker asks for more when more contexts compute at once (:func:`grown_layout`).
     """
-    wanted = n_ctx_seq * (params.n_parallel or DEFAULT_POOL_SEQUENCES)
-    room = make_room(wanted * cell_bytes)
-    if params.n_parallel:
-        if wanted * cell_bytes > room:
-            raise _kv_refusal(label, wanted * cell_bytes, room, f"{params.n_parallel} sequences x {n_ctx_seq} tokens")
-        return KvLayout(n_ctx_seq, params.n_parallel, wanted, unified=False)
-    n_cells = min(wanted, room // max(cell_bytes, 1))
-    if n_cells < n_ctx_seq:
-        raise _kv_refusal(label, n_ctx_seq * cell_bytes, room, f"one sequence of {n_ctx_seq} tokens")
-    n_seq = min(MAX_SEQUENCES, params.batch_size, max(1, n_cells // MIN_CELLS_PER_SEQUENCE))
-    return KvLayout(n_ctx_seq, n_seq, n_cells, unified=True)
+    n_seq = params.n_parallel or DEFAULT_SEQUENCES
+    room = make_room(n_seq * n_ctx_seq * cell_bytes)
+    if not params.n_parallel:
+        n_seq = min(n_seq, room // max(n_ctx_seq * cell_bytes, 1))
+    if n_seq < 1 or n_seq * n_ctx_seq * cell_bytes > room:
+        what = f"{params.n_parallel or 1} sequences x {n_ctx_seq} tokens"
+        raise _kv_refusal(label, max(n_seq, 1) * n_ctx_seq * cell_bytes, room, what)
+    return KvLayout(n_ctx_seq, n_seq)
+
+
+def grown_layout(
+    params: ModelParams, current: KvLayout, wanted: int, cell_bytes: int, make_room: Callable[[int], int]
+) -> KvLayout | None:
+    """A layout with room for ``wanted`` sequences (at least double the current number, so growth is
+    rare), within llama.cpp's limit, the batch size (llama.cpp reserves an output row per sequence)
+    and the KV budget; None if not even one more sequence fits."""
+    per_seq = current.n_ctx_seq * cell_bytes
+    target = min(MAX_SEQUENCES, params.batch_size, max(wanted, 2 * current.n_seq))
+    room = make_room((target - current.n_seq) * per_seq)
+    n_seq = min(target, current.n_seq + room // max(per_seq, 1))
+    if n_seq <= current.n_seq:
+        return None
+    return KvLayout(current.n_ctx_seq, n_seq)
 
 
 def _kv_refusal(label: str, needed: int, room: int, what: str) -> WasiNNError:
@@ -112,23 +120,27 @@ def _open_model(
     weights = runtime.load_model(path, params)
     try:
         n_ctx_seq = params.ctx_size or min(weights.n_ctx_train or MAX_DEFAULT_CTX, MAX_DEFAULT_CTX)
-        layout = kv_layout(params, n_ctx_seq, runtime.kv_cache_bytes(weights, 1), make_room, label)
+        cell_bytes = runtime.kv_cache_bytes(weights, 1)
+        layout = kv_layout(params, n_ctx_seq, cell_bytes, make_room, label)
         context = runtime.new_context(weights, params, layout)
     except BaseException:
         weights.close()
         raise
-    worker = ModelWorker(weights, context, label)
+
+    def grow(wanted: int) -> Callable[[], Context] | None:
+        bigger = grown_layout(params, KvLayout(n_ctx_seq, worker.context.n_seq), wanted, cell_bytes, make_room)
+        return functools.partial(runtime.new_context, weights, params, bigger) if bigger is not None else None
+
+    worker = ModelWorker(weights, context, label, grow=None if params.n_parallel else grow)
     log.info(
-        "loaded model %s from %s in %.0f ms (%s; %d tokens per sequence, up to %d sequences in %d %s KV cells; "
-        "%d threads)",
+        "loaded model %s from %s in %.0f ms (%s; %d sequences x %d tokens%s; %d threads)",
         label,
         path,
         (time.perf_counter() - started) * 1000,
         weights.description,
-        n_ctx_seq,
         layout.n_seq,
-        layout.n_cells,
-        "shared" if layout.unified else "per-sequence",
+        n_ctx_seq,
+        ", more when more contexts compute at once" if not params.n_parallel else "",
         context.threads,
     )
     return LoadedModel(key, label, params, weights, worker, keep, path=path)
@@ -257,6 +269,10 @@ class ModelRegistry:
     def _make_room(self, budget: int, kv_bytes: int) -> int:
         """Free idle models, least recently used first, until ``kv_bytes`` fit in ``budget``; return the room left."""
         budget = budget or physical_memory() // 2
+        with self._lock:  # a worker growing its context calls this from its own thread
+            return self._make_room_locked(budget, kv_bytes)
+
+    def _make_room_locked(self, budget: int, kv_bytes: int) -> int:
 
         def room() -> int:
             return budget - sum(m.worker.context.kv_bytes for m in self._models.values())

@@ -20,16 +20,17 @@ from .params import ModelParams, SamplingParams
 
 @dataclass(frozen=True)
 class KvLayout:
-    """How a context's KV cache is laid out: sequences, their length, and the cells they share."""
+    """How a context's KV cache is laid out: sequences and their length."""
 
     n_ctx_seq: int
     """Tokens one sequence (execution context) may hold."""
     n_seq: int
     """Sequence ids: how many execution contexts can decode at once."""
-    n_cells: int
-    """KV cells of all sequences together."""
-    unified: bool
-    """One pool of cells shared by every sequence (else ``n_cells / n_seq`` cells each)."""
+
+    @property
+    def n_cells(self) -> int:
+        """KV cells of all sequences together."""
+        return self.n_ctx_seq * self.n_seq
 
 
 class Model(Protocol):
@@ -95,7 +96,7 @@ class Sampler(Protocol):
 
 
 class Context(Protocol):
-    """An inference context with ``n_seq`` sequences of up to ``n_ctx_seq`` tokens in ``n_cells`` cells."""
+    """An inference context with ``n_seq`` sequences of up to ``n_ctx_seq`` tokens each."""
 
     @property
     def model(self) -> Model:
@@ -103,7 +104,6 @@ class Context(Protocol):
 
     n_seq: int
     n_ctx_seq: int
-    n_cells: int
     n_batch: int
     threads: int
     kv_bytes: int
