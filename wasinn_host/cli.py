@@ -162,8 +162,11 @@ def run_command(ns: argparse.Namespace) -> int:
     except (PreloadError, ValueError) as exc:
         return _fail(str(exc))
     for preload in preloads:
-        if not preload.path.is_file():
-            return _fail(f"--nn-preload {preload.name}: model file {str(preload.path)!r} does not exist")
+        if not preload.path.is_file():  # as WasmEdge: the guest runs, and load_by_name gets ModelNotFound
+            logging.getLogger("wasinn_host").warning(
+                "--nn-preload %s: model file %s does not exist; load_by_name(%s) will fail with ModelNotFound",
+                preload.name, json.dumps(str(preload.path)), json.dumps(preload.name),
+            )
     if not preloads and DEMO_MODEL_PATH.is_file():
         preloads = [Preload("default", DEMO_MODEL_PATH)]  # the embedded demo model
     nn = WasiNN(preload=preloads, limits=_limits(ns), allowed_models=ns.nn_allow, interruptible=True,

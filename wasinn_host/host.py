@@ -172,6 +172,7 @@ class WasiNN:
         store.set_wasi(_wasi_config(module, args, options))
         self.attach(store)
         try:
+            check_imports(linker, store, compiled)
             try:
                 instance = linker.instantiate(store, compiled)
             except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
@@ -229,3 +230,48 @@ def _first_line(exc: BaseException) -> str:
         if line.startswith("wasm trap:"):
             return line
     return lines[0] if lines else type(exc).__name__
+
+
+WASMEDGE_SOCKETS = frozenset({
+    "sock_open", "sock_bind", "sock_listen", "sock_connect", "sock_getlocaladdr", "sock_getpeeraddr",
+    "sock_setsockopt", "sock_getsockopt", "sock_getaddrinfo", "sock_recv_from", "sock_send_to",
+})
+"""WasmEdge's socket extension of ``wasi_snapshot_preview1`` (plus ``sock_accept`` with two parameters)."""
+
+
+def check_imports(linker: wasmtime.Linker, store: wasmtime.Store, module: wasmtime.Module) -> None:
+    """Raise one :class:`GuestError` naming every import ``linker`` cannot satisfy, not just the first;
+    WasmEdge's socket extension is called by its name."""
+    missing: list[str] = []
+    sockets = False
+    for imp in module.imports:
+        name = imp.name or ""
+        try:
+            defined = linker.get(store, imp.module, name)
+        except (wasmtime.WasmtimeError, KeyError, ValueError):
+            missing.append(f"{imp.module}::{name}")
+        else:
+            if not _same_signature(defined, imp.type, store):
+                missing.append(f"{imp.module}::{name} (defined with another signature)")
+                sockets |= name == "sock_accept"
+            continue
+        sockets |= imp.module == "wasi_snapshot_preview1" and name in WASMEDGE_SOCKETS
+    if not missing:
+        return
+    message = f"{len(missing)} unresolved import{'s' if len(missing) > 1 else ''}: {', '.join(missing)}"
+    if sockets:
+        message += ("; the sock_* ones are WasmEdge's socket extension, which wasmtime does not provide: this guest "
+                    "is a network server or client built for WasmEdge (such as LlamaEdge's llama-api-server) and "
+                    "cannot run here; use a command-line guest (llama-chat, llama-simple) instead")
+    raise GuestError(message)
+
+
+
+def _same_signature(defined: object, wanted: object, store: wasmtime.Store) -> bool:
+    """Whether a linker's function has the parameter and result types an import asks for."""
+    if not isinstance(defined, wasmtime.Func) or not isinstance(wanted, wasmtime.FuncType):
+        return True  # memories, tables, globals: wasmtime checks them at instantiation
+    have = defined.type(store)
+    return [str(t) for t in have.params] == [str(t) for t in wanted.params] and [str(t) for t in have.results] == [
+        str(t) for t in wanted.results
+    ]
