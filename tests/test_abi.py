@@ -8,8 +8,8 @@ import tempfile
 import pytest
 import wasmtime
 
-from wasinn_host.testing.abi_guest import AbiGuest, abi_guest_wat
 from wasinn_host import Errno, WasiNN
+from wasinn_host.testing.abi_guest import AbiGuest, abi_guest_wat
 from wasinn_host.testing.gguf_models import successor_text
 
 ALPHABET = "bcdefghijklmnopqrstuvwxyz"
@@ -264,8 +264,9 @@ def test_metadata_load_time_keys_are_not_applied(guest: AbiGuest, caplog: pytest
     assert guest.call("compute", ctx) == Errno.CONTEXT_FULL, "still the 64-token context"
 
 
-def _load_bytes(guest: AbiGuest, model: bytes, encoding: int = 6, target: int = 0,
-                config: bytes | None = None) -> tuple[int, int]:
+def _load_bytes(
+    guest: AbiGuest, model: bytes, encoding: int = 6, target: int = 0, config: bytes | None = None
+) -> tuple[int, int]:
     grown = guest.memory.grow(guest.store, (len(model) + 0x10000) // 0x10000 + 1)
     base = grown * 0x10000
     guest.write(base, model)
@@ -300,7 +301,9 @@ def test_module_without_memory_traps(nn: WasiNN) -> None:
     nn.add_to_linker(linker)
     store = wasmtime.Store(nn.engine)
     nn.attach(store)
-    module = wasmtime.Module(nn.engine, wasmtime.wat2wasm(abi_guest_wat(export_memory=False)))
+    module = wasmtime.Module(nn.engine, bytes(wasmtime.wat2wasm(abi_guest_wat(export_memory=False))))
     instance = linker.instantiate(store, module)
+    compute = instance.exports(store)["nn_compute"]
+    assert isinstance(compute, wasmtime.Func)
     with pytest.raises(wasmtime.WasmtimeError, match="exports no memory"):
-        instance.exports(store)["nn_compute"](store, 0)
+        compute(store, 0)

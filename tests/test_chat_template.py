@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from wasinn_host.testing import gguf_models as testmodels
+from wasinn_host import Errno, WasiNNError
 from wasinn_host.core.chat_template import (
     DEFAULT_CHATML,
     ChatTemplate,
@@ -16,8 +16,8 @@ from wasinn_host.core.chat_template import (
     parse_messages,
     resolve_template,
 )
-from wasinn_host import Errno, WasiNNError
 from wasinn_host.ephemeral.errno import errno_for
+from wasinn_host.testing import gguf_models as testmodels
 
 CONVERSATION = [
     {"role": "system", "content": "You are terse."},
@@ -184,7 +184,7 @@ EXPECTED_HINT = 'expected a JSON list of {"role": ..., "content": ...}'
     [
         (b"\xff[]", "not valid UTF-8 (byte 0)"),
         (b"", "not valid JSON"),
-        (b"[{\"role\": \"user\",", "not valid JSON"),
+        (b'[{"role": "user",', "not valid JSON"),
         (b"Hello there", "not valid JSON"),
         (b"[NaN]", "not valid JSON"),
         (b'[{"role": "user", "content": "\\ud800"}]', "not valid JSON"),
@@ -218,7 +218,7 @@ def test_parse_messages_exact_message() -> None:
 
 def test_parse_messages_accepts_bytearray_and_unicode() -> None:
     data = bytearray(json.dumps([{"role": "user", "content": "日本 🙂"}], ensure_ascii=False).encode())
-    assert parse_messages(data) == [{"role": "user", "content": "日本 🙂"}]
+    assert parse_messages(bytes(data)) == [{"role": "user", "content": "日本 🙂"}]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,9 +237,7 @@ def test_resolve_template() -> None:
 def test_resolve_true_without_model_template_is_errno1(model_template: str | None) -> None:
     with pytest.raises(WasiNNError) as info:
         resolve_template(True, model_template)
-    assert _errno1(info) == (
-        "chat-template: model has no tokenizer.chat_template; pass the template as a string"
-    )
+    assert _errno1(info) == ("chat-template: model has no tokenizer.chat_template; pass the template as a string")
 
 
 def test_model_chat_template_with_fake_reader() -> None:
@@ -253,15 +251,21 @@ def test_model_chat_template_with_fake_reader() -> None:
 def _write_model_with_template(path: pathlib.Path, template: str | None) -> pathlib.Path:
     """The project's successor test model, optionally with a tokenizer.chat_template key."""
     shape = testmodels._successor_shape(64, 1)
-    return testmodels.write_llama_gguf(path, shape, testmodels._build_vocab(shape.n_vocab),
-                                       testmodels._successor_tensors(shape, 20.0), name="chat-test", f16=False,
-                                       chat_template=template)
+    return testmodels.write_llama_gguf(
+        path,
+        shape,
+        testmodels._build_vocab(shape.n_vocab),
+        testmodels._successor_tensors(shape, 20.0),
+        name="chat-test",
+        f16=False,
+        chat_template=template,
+    )
 
 
 @pytest.mark.parametrize("template", [None, DEFAULT_CHATML + "{# " + "é" * 3000 + " #}"])
 def test_model_chat_template_from_real_gguf(tmp_path: pathlib.Path, template: str | None) -> None:
-    from wasinn_host.core.params import ModelParams
     from wasinn_host.core.llama import LlamaModel
+    from wasinn_host.core.params import ModelParams
 
     path = _write_model_with_template(tmp_path / "chat.gguf", template)
     model = LlamaModel(path, ModelParams())

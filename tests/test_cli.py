@@ -19,17 +19,27 @@ GUESTS = ROOT / "guest_examples"
 
 
 def wasinn(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "wasinn_host", *args], input=stdin, capture_output=True,
-                          text=True, cwd=ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "wasinn_host", *args], input=stdin, capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
 
 
 def test_run_complete_guest(successor_path: pathlib.Path) -> None:
-    result = wasinn("run", "--nn-preload", f"default:GGML:AUTO:{successor_path}",
-                    str(GUESTS / "complete.wasm"), "default", "xyz")
+    result = wasinn(
+        "run", "--nn-preload", f"default:GGML:AUTO:{successor_path}", str(GUESTS / "complete.wasm"), "default", "xyz"
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "</s>\n"
-    result = wasinn("run", "--nn-preload", f"default:ggml:cpu:{successor_path}", "--env", "n_predict=3",
-                    str(GUESTS / "complete.wasm"), "default", "k")
+    result = wasinn(
+        "run",
+        "--nn-preload",
+        f"default:ggml:cpu:{successor_path}",
+        "--env",
+        "n_predict=3",
+        str(GUESTS / "complete.wasm"),
+        "default",
+        "k",
+    )
     assert (result.returncode, result.stdout) == (0, "lmn\n")
 
 
@@ -47,8 +57,14 @@ def test_run_dir_forms_and_exit_code(successor_path: pathlib.Path) -> None:
 
 
 def test_chat_guest_reads_stdin(successor_path: pathlib.Path) -> None:
-    result = wasinn("run", "--nn-preload", f"default:GGML:AUTO:{successor_path}",
-                    str(GUESTS / "chat.wasm"), "default", stdin="r\nv\n")
+    result = wasinn(
+        "run",
+        "--nn-preload",
+        f"default:GGML:AUTO:{successor_path}",
+        str(GUESTS / "chat.wasm"),
+        "default",
+        stdin="r\nv\n",
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"{successor_text('r')}\n{successor_text('v')}\n"
 
@@ -86,21 +102,48 @@ def test_version_and_help() -> None:
 
 def test_instances_keep_lines_whole_and_return_first_nonzero_code(successor_path: pathlib.Path) -> None:
     preload = f"default:GGML:AUTO:{successor_path}"
-    result = wasinn("run", "--nn-preload", preload, "--instances", "4", "--status",
-                    str(GUESTS / "complete.wasm"), "default", "hello")
+    result = wasinn(
+        "run",
+        "--nn-preload",
+        preload,
+        "--instances",
+        "4",
+        "--status",
+        str(GUESTS / "complete.wasm"),
+        "default",
+        "hello",
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [successor_text("hello") + "</s>"] * 4
     status = json.loads(result.stderr.strip().splitlines()[-1])
     assert status["performance"]["requests"] == 4
-    result = wasinn("run", "--nn-preload", preload, "--nn-allow", "other", "--instances", "2",
-                    str(GUESTS / "complete.wasm"), "default", "a")
+    result = wasinn(
+        "run",
+        "--nn-preload",
+        preload,
+        "--nn-allow",
+        "other",
+        "--instances",
+        "2",
+        str(GUESTS / "complete.wasm"),
+        "default",
+        "a",
+    )
     assert result.returncode == 1
     assert result.stderr.count("load_by_name_with_config returned 8") == 2
 
 
 def test_nn_allow_lets_listed_names_through(successor_path: pathlib.Path) -> None:
-    result = wasinn("run", "--nn-preload", f"default:GGML:AUTO:{successor_path}", "--nn-allow", "default",
-                    str(GUESTS / "complete.wasm"), "default", "x")
+    result = wasinn(
+        "run",
+        "--nn-preload",
+        f"default:GGML:AUTO:{successor_path}",
+        "--nn-allow",
+        "default",
+        str(GUESTS / "complete.wasm"),
+        "default",
+        "x",
+    )
     assert (result.returncode, result.stdout) == (0, "yz</s>\n")
 
 
@@ -132,8 +175,13 @@ READY_THEN_SPIN = """
 def test_ctrl_c_ends_cleanly(tmp_path: pathlib.Path) -> None:
     module = tmp_path / "spin.wasm"
     module.write_bytes(wasmtime.wat2wasm(READY_THEN_SPIN))
-    proc = subprocess.Popen([sys.executable, "-m", "wasinn_host", "run", str(module)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wasinn_host", "run", str(module)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None and proc.stdout.readline() == "ready\n"  # the guest is running
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
@@ -143,9 +191,20 @@ def test_ctrl_c_ends_cleanly(tmp_path: pathlib.Path) -> None:
 
 def test_json_log_lines(tmp_path: pathlib.Path, successor_path: pathlib.Path) -> None:
     log_file = tmp_path / "host.log"
-    result = wasinn("run", "--nn-preload", f"default:GGML:AUTO:{successor_path}", "--log-format", "json",
-                    "--log-file", str(log_file), "--env", "WASINN_CONFIG={\"top-p\": 7}",
-                    str(GUESTS / "complete.wasm"), "default", "a")
+    result = wasinn(
+        "run",
+        "--nn-preload",
+        f"default:GGML:AUTO:{successor_path}",
+        "--log-format",
+        "json",
+        "--log-file",
+        str(log_file),
+        "--env",
+        'WASINN_CONFIG={"top-p": 7}',
+        str(GUESTS / "complete.wasm"),
+        "default",
+        "a",
+    )
     assert result.returncode == 1
     entries = [json.loads(line) for line in log_file.read_text().splitlines()]
     rejection = next(e for e in entries if e["event"] == "load_by_name_with_config")
@@ -154,16 +213,28 @@ def test_json_log_lines(tmp_path: pathlib.Path, successor_path: pathlib.Path) ->
 
 
 def test_enable_log_routes_llama_cpp_logging(successor_path: pathlib.Path) -> None:
-    quiet = wasinn("run", "--nn-preload", f"default:GGML:AUTO:{successor_path}",
-                   str(GUESTS / "complete.wasm"), "default", "a")
+    quiet = wasinn(
+        "run", "--nn-preload", f"default:GGML:AUTO:{successor_path}", str(GUESTS / "complete.wasm"), "default", "a"
+    )
     assert "llama" not in quiet.stderr.replace("llama_build_number", "").replace("llama_commit", "")
-    loud = wasinn("run", "--nn-preload", f"default:GGML:AUTO:{successor_path}", "--log-level", "INFO",
-                  "--env", "enable_log=true", str(GUESTS / "complete.wasm"), "default", "a")
+    loud = wasinn(
+        "run",
+        "--nn-preload",
+        f"default:GGML:AUTO:{successor_path}",
+        "--log-level",
+        "INFO",
+        "--env",
+        "enable_log=true",
+        str(GUESTS / "complete.wasm"),
+        "default",
+        "a",
+    )
     assert loud.returncode == 0
     assert "llama_model_loader" in loud.stderr or "load_tensors" in loud.stderr or "llama_context" in loud.stderr
 
 
 def test_demo_model_answers_without_preload() -> None:
-    result = wasinn("run", "--env", "chat_template=chatml", str(GUESTS / "chat.wasm"), "default",
-                    stdin="What is 12+30?\n")
+    result = wasinn(
+        "run", "--env", "chat_template=chatml", str(GUESTS / "chat.wasm"), "default", stdin="What is 12+30?\n"
+    )
     assert (result.returncode, result.stdout) == (0, "42\n"), result.stderr

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 import pytest
 import wasmtime
 
-from wasinn_host.testing.abi_guest import AbiGuest, streaming_guest_wat
 from wasinn_host import Errno, Limits, ModelRegistry, WasiNN
 from wasinn_host.core.params import ModelParams
+from wasinn_host.testing.abi_guest import AbiGuest, streaming_guest_wat
 from wasinn_host.testing.gguf_models import successor_text
 
 PROMPTS = ["a", "hello", "m", "Q", "xy", "tuv", "C", "k"]
@@ -106,13 +106,13 @@ def test_32_guests_x_20_requests_no_deadlock_no_leak(nn: WasiNN) -> None:
     assert nn.imports.contexts_alive.value == 0
 
 
-TRAP_MID_STREAM = streaming_guest_wat('unreachable')
+TRAP_MID_STREAM = streaming_guest_wat("unreachable")
 
 
 def test_guest_that_traps_mid_stream_frees_its_sequence(nn: WasiNN) -> None:
     from wasinn_host import GuestError
 
-    module = wasmtime.Module(nn.engine, wasmtime.wat2wasm(TRAP_MID_STREAM))
+    module = wasmtime.Module(nn.engine, bytes(wasmtime.wat2wasm(TRAP_MID_STREAM)))
     alive = nn.imports.contexts_alive.value
     with pytest.raises(GuestError, match="trapped"):
         nn.run(module)
@@ -137,8 +137,12 @@ def test_full_queue_answers_busy(own_registry: ModelRegistry) -> None:
 
     first = threading.Thread(target=long_job, args=("first", "7", 1000))
     first.start()
-    wait_for(lambda: any(m.params.n_parallel == 1 for m in own_registry.loaded())
-             and serial_worker(own_registry).active == 1, "the first job to run")
+    wait_for(
+        lambda: (
+            any(m.params.n_parallel == 1 for m in own_registry.loaded()) and serial_worker(own_registry).active == 1
+        ),
+        "the first job to run",
+    )
     second = threading.Thread(target=long_job, args=("second", "a", 5))
     second.start()
     wait_for(lambda: serial_worker(own_registry).queued == 1, "the second job to queue")
@@ -165,8 +169,12 @@ def test_priority_orders_the_queue(own_registry: ModelRegistry) -> None:
 
     blocker = threading.Thread(target=job, args=("blocker", "7", {"n-predict": 1000}))
     blocker.start()
-    wait_for(lambda: any(m.params.n_parallel == 1 for m in own_registry.loaded())
-             and serial_worker(own_registry).active == 1, "the blocker to run")
+    wait_for(
+        lambda: (
+            any(m.params.n_parallel == 1 for m in own_registry.loaded()) and serial_worker(own_registry).active == 1
+        ),
+        "the blocker to run",
+    )
     low = threading.Thread(target=job, args=("low", "a", {"priority": -5}))
     low.start()
     wait_for(lambda: serial_worker(own_registry).queued == 1, "the low-priority job to queue")
@@ -182,11 +190,16 @@ def test_queue_timeout_answers_busy(own_registry: ModelRegistry) -> None:
     nn = WasiNN(registry=own_registry, limits=Limits(max_queue=64))
     config = '{"ctx-size": 4096, "n-parallel": 1}'
     blocker_guest = AbiGuest.create(nn)
-    blocker = threading.Thread(target=blocker_guest.generate,
-                               args=(blocker_guest.load_by_name("succ", config)[1], "7", '{"n-predict": 2500}'))
+    blocker = threading.Thread(
+        target=blocker_guest.generate, args=(blocker_guest.load_by_name("succ", config)[1], "7", '{"n-predict": 2500}')
+    )
     blocker.start()
-    wait_for(lambda: any(m.params.n_parallel == 1 for m in own_registry.loaded())
-             and serial_worker(own_registry).active == 1, "the blocker to run")
+    wait_for(
+        lambda: (
+            any(m.params.n_parallel == 1 for m in own_registry.loaded()) and serial_worker(own_registry).active == 1
+        ),
+        "the blocker to run",
+    )
     guest = AbiGuest.create(nn)
     rc, _ = guest.generate(guest.load_by_name("succ", config)[1], "a", '{"queue-timeout-ms": 50}')
     assert rc == Errno.BUSY

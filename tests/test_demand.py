@@ -19,9 +19,25 @@ def test_32_instances_without_n_parallel_decode_together(successor_path: pathlib
     so that the computing contexts shared decodes."""
     env = ["--env", "ctx_size=64", "--env", "batch_size=512", "--env", "threads=2", "--env", "temp=0"]
     result = subprocess.run(
-        [sys.executable, "-m", "wasinn_host", "run", "--nn-preload", f"default:GGML:AUTO:{successor_path}",
-         "--instances", "32", "--status", *env, str(GUESTS / "complete.wasm"), "default", "hello"],
-        capture_output=True, text=True, timeout=300, check=False,
+        [
+            sys.executable,
+            "-m",
+            "wasinn_host",
+            "run",
+            "--nn-preload",
+            f"default:GGML:AUTO:{successor_path}",
+            "--instances",
+            "32",
+            "--status",
+            *env,
+            str(GUESTS / "complete.wasm"),
+            "default",
+            "hello",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [successor_text("hello") + "</s>"] * 32

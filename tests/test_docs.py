@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pathlib
-
 import re
 import subprocess
 import sys
@@ -35,8 +34,13 @@ def test_every_run_option_is_documented() -> None:
 
 
 def test_embedding_example_runs() -> None:
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "examples" / "embed_example.py")], capture_output=True,
-                            text=True, timeout=300, cwd=ROOT)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "examples" / "embed_example.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr
     assert "answer: 42<|im_end|>" in result.stdout
     assert "session answer: '642<|im_end|>'; streamed: 642" in result.stdout

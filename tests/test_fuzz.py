@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.testing.abi_guest import AbiGuest
 from wasinn_host.testing.fuzz_machine import SIGNATURES, FuzzEnv, make_env, run_fuzz
-from wasinn_host import ModelRegistry, WasiNN
 
 EXAMPLES = 200
 STEPS = 50
@@ -38,8 +38,18 @@ def test_fuzz_abi_state_machine(fuzz_env: FuzzEnv) -> None:
     assert stats.calls >= MIN_CALLS, f"only {stats.calls} calls were made"
     assert set(stats.by_import) == set(SIGNATURES), f"imports never called: {set(SIGNATURES) - set(stats.by_import)}"
     # the runs reach the interesting paths, not only argument validation
-    for name in ("load", "load_by_name", "init_execution_context", "set_input", "compute", "get_output",
-                 "compute_single", "get_output_single", "unload", "finalize_execution_context"):
+    for name in (
+        "load",
+        "load_by_name",
+        "init_execution_context",
+        "set_input",
+        "compute",
+        "get_output",
+        "compute_single",
+        "get_output_single",
+        "unload",
+        "finalize_execution_context",
+    ):
         assert stats.by_import_errno[(name, 0)] > 0, f"{name} never succeeded"
     assert stats.errnos[7] > 0 and stats.errnos[100] > 0, "TooLarge / EndOfSequence never returned"
 
@@ -50,9 +60,12 @@ def test_fuzz_abi_state_machine(fuzz_env: FuzzEnv) -> None:
 def test_logit_bias_out_of_vocabulary_is_rejected_not_hung(successor_path: pathlib.Path) -> None:
     """A logit-bias id past the vocabulary made compute wait for ever (the model's worker thread
     dropped the job when building its sampler failed)."""
-    registry = ModelRegistry([  # its own: a hang leaves a slot busy
-        f"succ:GGML:AUTO:{successor_path}", f"other:GGML:AUTO:{successor_path}",
-    ])
+    registry = ModelRegistry(
+        [  # its own: a hang leaves a slot busy
+            f"succ:GGML:AUTO:{successor_path}",
+            f"other:GGML:AUTO:{successor_path}",
+        ]
+    )
     guest = AbiGuest.create(WasiNN(registry=registry))
     rc, graph = guest.load_by_name("succ")
     assert rc == 0

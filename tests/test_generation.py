@@ -11,8 +11,8 @@ import re
 
 import pytest
 
-from wasinn_host.testing.abi_guest import AbiGuest
 from wasinn_host import Errno, WasiNN
+from wasinn_host.testing.abi_guest import AbiGuest
 from wasinn_host.testing.gguf_models import char_token_id, successor_text
 
 ALPHABET = "bcdefghijklmnopqrstuvwxyz"
@@ -23,8 +23,9 @@ def guest(nn: WasiNN) -> AbiGuest:
     return AbiGuest.create(nn)
 
 
-def generate(guest: AbiGuest, prompt: str, config: dict | None = None, model: str = "succ",
-             load_config: str | None = None) -> tuple[int, str, dict]:
+def generate(
+    guest: AbiGuest, prompt: str, config: dict | None = None, model: str = "succ", load_config: str | None = None
+) -> tuple[int, str, dict]:
     rc, graph = guest.load_by_name(model, load_config)
     assert rc == 0
     rc, text = guest.generate(graph, prompt, json.dumps(config) if config is not None else None)
@@ -56,16 +57,24 @@ def test_greedy_equivalents(guest: AbiGuest) -> None:
 
 def test_truncation_keys_change_random_output(guest: AbiGuest) -> None:
     plain = sample(guest, seed=7)
-    for key, value in (("top-k", 5), ("typ-p", 0.2), ("xtc-probability", 1.0), ("dynatemp-range", 0.9),
-                       ("mirostat", 2), ("mirostat", 1), ("temp", 0.3), ("min-keep", 3)):
+    for key, value in (
+        ("top-k", 5),
+        ("typ-p", 0.2),
+        ("xtc-probability", 1.0),
+        ("dynatemp-range", 0.9),
+        ("mirostat", 2),
+        ("mirostat", 1),
+        ("temp", 0.3),
+        ("min-keep", 3),
+    ):
         config: dict[str, object] = {"seed": 7, key: value}
         if key == "xtc-probability":
             config["xtc-threshold"] = 0.001
         if key == "min-keep":
             config["top-k"] = 1
-        out = sample(guest, **config)  # type: ignore[arg-type]
+        out = sample(guest, **config)
         assert out != plain, f"{key}={value} did not change the sampled text"
-        assert sample(guest, **config) == out, f"{key}={value} is not reproducible with a fixed seed"  # type: ignore[arg-type]
+        assert sample(guest, **config) == out, f"{key}={value} is not reproducible with a fixed seed"
     # a low mirostat target entropy makes the most likely token dominate
     assert sample(guest, seed=9, mirostat=2, **{"mirostat-ent": 0.01}) == ALPHABET[:24]
 
@@ -73,9 +82,12 @@ def test_truncation_keys_change_random_output(guest: AbiGuest) -> None:
 def test_penalties_and_dry_break_the_digit_cycle(guest: AbiGuest) -> None:
     cycle = successor_text("0", 30)
     assert generate(guest, "0", {"temp": 0, "n-predict": 30})[1] == cycle
-    for config in ({"presence-penalty": 25.0}, {"frequency-penalty": 25.0},
-                   {"repeat-penalty": 2.0, "logit-bias": {str(char_token_id("x")): 15}},
-                   {"dry-multiplier": 50.0, "dry-allowed-length": 2, "dry-base": 2.0}):
+    for config in (
+        {"presence-penalty": 25.0},
+        {"frequency-penalty": 25.0},
+        {"repeat-penalty": 2.0, "logit-bias": {str(char_token_id("x")): 15}},
+        {"dry-multiplier": 50.0, "dry-allowed-length": 2, "dry-base": 2.0},
+    ):
         out = generate(guest, "0", {"temp": 0, "n-predict": 30, **config})[1]
         assert out[:9] == cycle[:9], config  # nothing repeats before the first full cycle
         assert out != cycle, f"{config} did not penalise the repetition"
@@ -167,11 +179,26 @@ def test_flat_underscore_keys(guest: AbiGuest) -> None:
     assert guest.set_input(ctx, 1, json.dumps({"sampling": 5})) == Errno.INVALID_ARGUMENT
 
 
-@pytest.mark.parametrize("config", [
-    {"temp": "hot"}, {"top-p": 2}, {"min-p": -0.1}, {"typ-p": 1.5}, {"mirostat": 3}, {"top-k": -1},
-    {"dry-base": 0.5}, {"seed": -1}, {"n-probs": 1000}, {"stop": "x"}, {"stop": [1]},
-    {"max-time-ms": -5}, {"logit-bias": {"a": 1}}, {"chat-template": 3}, {"priority": 1000},
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"temp": "hot"},
+        {"top-p": 2},
+        {"min-p": -0.1},
+        {"typ-p": 1.5},
+        {"mirostat": 3},
+        {"top-k": -1},
+        {"dry-base": 0.5},
+        {"seed": -1},
+        {"n-probs": 1000},
+        {"stop": "x"},
+        {"stop": [1]},
+        {"max-time-ms": -5},
+        {"logit-bias": {"a": 1}},
+        {"chat-template": 3},
+        {"priority": 1000},
+    ],
+)
 def test_bad_values_are_refused(guest: AbiGuest, config: dict, caplog: pytest.LogCaptureFixture) -> None:
     ctx = guest.init(guest.load_by_name("succ")[1])[1]
     with caplog.at_level("WARNING", logger="wasinn_host"):

@@ -13,9 +13,16 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 GUESTS = ROOT / "guest_examples"
 
 
-def run_guest(nn: WasiNN, tmp_path: pathlib.Path, name: str, args: list[str], *,
-              env: dict[str, str] | None = None, stdin: str | None = None,
-              dirs: list[tuple[str, str]] | None = None) -> tuple[int, str, str]:
+def run_guest(
+    nn: WasiNN,
+    tmp_path: pathlib.Path,
+    name: str,
+    args: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    stdin: str | None = None,
+    dirs: list[tuple[str, str]] | None = None,
+) -> tuple[int, str, str]:
     out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
     options = RunOptions(env=env or {}, dirs=dirs or [], stdout=str(out), stderr=str(err))
     if stdin is not None:
@@ -48,28 +55,35 @@ def test_complete_guest_reports_errors(nn: WasiNN, tmp_path: pathlib.Path) -> No
     assert out == successor_text("1", 31) + "\n"
 
 
-def test_stream_stdout_prints_pieces_on_host_stdout(nn: WasiNN, tmp_path: pathlib.Path,
-                                                    capfd: pytest.CaptureFixture[str]) -> None:
+def test_stream_stdout_prints_pieces_on_host_stdout(
+    nn: WasiNN, tmp_path: pathlib.Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     code, out, _ = run_guest(nn, tmp_path, "complete", ["succ", "u"], env={"stream_stdout": "true"})
     assert (code, out) == (0, "vwxyz</s>\n")
     assert capfd.readouterr().out == "vwxyz</s>"
 
 
 def test_chat_guest_streams_and_matches_non_streaming(nn: WasiNN, tmp_path: pathlib.Path) -> None:
-    code, out, err = run_guest(nn, tmp_path, "chat", ["succ"], stdin="a\n\n  \nQ\n5\n",
-                               env={"n_predict": "7"})
+    code, out, err = run_guest(nn, tmp_path, "chat", ["succ"], stdin="a\n\n  \nQ\n5\n", env={"n_predict": "7"})
     assert code == 0, err
     # the streaming guest does not print the EOG piece; the digit cycle stops at the guest's limit
     assert out.splitlines() == [successor_text("a", 7), successor_text("Q", 7), successor_text("5", 7)]
 
 
 def test_load_bytes_guest(nn: WasiNN, tmp_path: pathlib.Path, successor_path: pathlib.Path) -> None:
-    code, out, err = run_guest(nn, tmp_path, "load_bytes", ["/models/successor.gguf", "m"],
-                               dirs=[(str(successor_path.parent), "/models")])
+    code, out, err = run_guest(
+        nn, tmp_path, "load_bytes", ["/models/successor.gguf", "m"], dirs=[(str(successor_path.parent), "/models")]
+    )
     assert code == 0, err
     assert out == successor_text("m") + "</s>\n"
-    code, _, err = run_guest(nn, tmp_path, "load_bytes", ["/models/successor.gguf", "m"],
-                             dirs=[(str(successor_path.parent), "/models")], env={"target": "3"})
+    code, _, err = run_guest(
+        nn,
+        tmp_path,
+        "load_bytes",
+        ["/models/successor.gguf", "m"],
+        dirs=[(str(successor_path.parent), "/models")],
+        env={"target": "3"},
+    )
     assert code == 1 and "load returned 1" in err
 
 

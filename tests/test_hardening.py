@@ -13,8 +13,8 @@ import time
 import pytest
 import wasmtime
 
+from wasinn_host import Errno, Limits, ModelRegistry, WasiNN
 from wasinn_host.testing.abi_guest import AbiGuest, streaming_guest_wat
-from wasinn_host import Errno, GuestError, Limits, ModelRegistry, WasiNN
 from wasinn_host.testing.gguf_models import successor_text
 
 
@@ -29,15 +29,18 @@ def one_line(caplog: pytest.LogCaptureFixture, *needles: str) -> str:
 
 @pytest.mark.parametrize("damage", ["truncated", "zeroed-tensors-header", "not-gguf", "empty"])
 def test_broken_model_files_are_refused_and_the_host_goes_on(
-        damage: str, tmp_path: pathlib.Path, successor_path: pathlib.Path, caplog: pytest.LogCaptureFixture) -> None:
+    damage: str, tmp_path: pathlib.Path, successor_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
     data = successor_path.read_bytes()
     broken = tmp_path / f"{damage}.gguf"
-    broken.write_bytes({
-        "truncated": data[: len(data) // 3],
-        "zeroed-tensors-header": data[:8] + b"\xff" * 16 + data[24:],
-        "not-gguf": b"PK\x03\x04 this is a zip file, not a model" * 10,
-        "empty": b"",
-    }[damage])
+    broken.write_bytes(
+        {
+            "truncated": data[: len(data) // 3],
+            "zeroed-tensors-header": data[:8] + b"\xff" * 16 + data[24:],
+            "not-gguf": b"PK\x03\x04 this is a zip file, not a model" * 10,
+            "empty": b"",
+        }[damage]
+    )
     registry = ModelRegistry([f"bad:GGML:AUTO:{broken}", f"good:GGML:AUTO:{successor_path}"])
     nn = WasiNN(registry=registry)
     guest = AbiGuest.create(nn)
@@ -74,8 +77,10 @@ def test_guest_bytes_duplicate_token_model_does_not_abort(nn: WasiNN, successor_
 
 def test_load_bytes_can_be_disabled_or_capped(registry: ModelRegistry, successor_path: pathlib.Path) -> None:
     data = successor_path.read_bytes()
-    for limits, errno in ((Limits(allow_load_bytes=False), Errno.UNSUPPORTED_OPERATION),
-                          (Limits(max_load_bytes=len(data) - 1), Errno.TOO_LARGE)):
+    for limits, errno in (
+        (Limits(allow_load_bytes=False), Errno.UNSUPPORTED_OPERATION),
+        (Limits(max_load_bytes=len(data) - 1), Errno.TOO_LARGE),
+    ):
         guest = AbiGuest.create(WasiNN(registry=registry, limits=limits), memory_pages=80)
         guest.write(0x10000, data)
         guest.write(0x100, struct.pack("<2I", 0x10000, len(data)))
@@ -89,15 +94,16 @@ def test_allow_list_per_store(registry: ModelRegistry) -> None:
     nn.add_to_linker(linker)
     from wasinn_host.testing.abi_guest import abi_guest_wat
 
-    module = wasmtime.Module(engine, wasmtime.wat2wasm(abi_guest_wat()))
+    module = wasmtime.Module(engine, bytes(wasmtime.wat2wasm(abi_guest_wat())))
     store = wasmtime.Store(engine)
     nn.attach(store, allowed_models=["noisy"])
     instance = linker.instantiate(store, module)
-    memory = instance.exports(store)["memory"]
+    memory, load = instance.exports(store)["memory"], instance.exports(store)["nn_load_by_name"]
+    assert isinstance(memory, wasmtime.Memory) and isinstance(load, wasmtime.Func)
     memory.write(store, b"succ", 0x100)
-    assert instance.exports(store)["nn_load_by_name"](store, 0x100, 4, 0x40) == Errno.NOT_FOUND
+    assert load(store, 0x100, 4, 0x40) == Errno.NOT_FOUND
     memory.write(store, b"noisy", 0x100)
-    assert instance.exports(store)["nn_load_by_name"](store, 0x100, 5, 0x40) == 0
+    assert load(store, 0x100, 5, 0x40) == 0
 
 
 def test_size_limits(registry: ModelRegistry, caplog: pytest.LogCaptureFixture) -> None:
@@ -125,11 +131,11 @@ def test_kv_memory_limit(successor_path: pathlib.Path) -> None:
     registry.close()
 
 
-NEVER_FINISHES = streaming_guest_wat('(call $exit (i32.const 3))')
+NEVER_FINISHES = streaming_guest_wat("(call $exit (i32.const 3))")
 
 
 def test_guest_that_exits_without_fini_or_finalize(nn: WasiNN) -> None:
-    module = wasmtime.Module(nn.engine, wasmtime.wat2wasm(NEVER_FINISHES))
+    module = wasmtime.Module(nn.engine, bytes(wasmtime.wat2wasm(NEVER_FINISHES)))
     before = nn.imports.contexts_alive.value
     assert nn.run(module) == 3
     assert nn.imports.contexts_alive.value == before
@@ -137,12 +143,14 @@ def test_guest_that_exits_without_fini_or_finalize(nn: WasiNN) -> None:
 
 
 def test_runaway_guest_is_stopped_by_a_deadline(registry: ModelRegistry) -> None:
-    from wasinn_host.runner import run_instances
     from wasinn_host.host import RunOptions
+    from wasinn_host.runner import run_instances
 
     nn = WasiNN(registry=registry, interruptible=True)
-    spin = wasmtime.Module(nn.engine, wasmtime.wat2wasm(
-        '(module (memory (export "memory") 1) (func (export "_start") (loop $l (br $l))))'))
+    spin = wasmtime.Module(
+        nn.engine,
+        bytes(wasmtime.wat2wasm('(module (memory (export "memory") 1) (func (export "_start") (loop $l (br $l))))')),
+    )
     started = time.monotonic()
     (result,) = run_instances(nn, spin, [], RunOptions(), instances=1, timeout=0.3)
     assert result.error is not None and "interrupt" in result.error
@@ -195,8 +203,10 @@ def test_soak_64_guests_x_50_requests(successor_path: pathlib.Path, capsys: pyte
     threads_after, fds_after = _counts()
     rss_after = _rss_mib()
     with capsys.disabled():
-        print(f"\nsoak: 3200 requests in {elapsed:.1f} s; threads {threads_before}->{threads_after}, "
-              f"fds {fds_before}->{fds_after}, RSS {rss_before:.0f}->{rss_after:.0f} MiB")
+        print(
+            f"\nsoak: 3200 requests in {elapsed:.1f} s; threads {threads_before}->{threads_after}, "
+            f"fds {fds_before}->{fds_after}, RSS {rss_before:.0f}->{rss_after:.0f} MiB"
+        )
     assert threads_after == threads_before
     assert fds_after == fds_before
     assert rss_after - rss_before < 64, "memory must return to where it started (allowing allocator slack)"

@@ -26,7 +26,8 @@ def llama_core_guest(buffer_at: int) -> bytes:
     """What LlamaEdge's llama-core does: load_by_name("default"), init, set_input(0, prompt "a"),
     compute, then get_output into a buffer of capacity but length 0 (a Rust ``Vec::with_capacity``),
     and print ``written`` bytes from it; a non-zero errno becomes the exit code."""
-    return bytes(wasmtime.wat2wasm(f"""
+    return bytes(
+        wasmtime.wat2wasm(f"""
 (module
   (import "wasi_ephemeral_nn" "load_by_name" (func $load (param i32 i32 i32) (result i32)))
   (import "wasi_ephemeral_nn" "init_execution_context" (func $init (param i32 i32) (result i32)))
@@ -51,7 +52,8 @@ def llama_core_guest(buffer_at: int) -> bytes:
     (i32.store (i32.const 80) (i32.const {buffer_at}))
     (i32.store (i32.const 84) (i32.load (i32.const 72)))
     (drop (call $fd_write (i32.const 1) (i32.const 80) (i32.const 1) (i32.const 88)))))
-"""))
+""")
+    )
 
 
 def run_guest(nn: WasiNN, module: bytes, tmp_path: pathlib.Path) -> tuple[int, bytes]:
@@ -95,8 +97,9 @@ def test_legacy_output_never_writes_past_guest_memory(preload: list[str]) -> Non
 
 
 def wasinn(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "wasinn_host", *args], capture_output=True, text=True,
-                          timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "wasinn_host", *args], capture_output=True, text=True, timeout=300, check=False
+    )
 
 
 def test_cli_legacy_output(successor_path: pathlib.Path, tmp_path: pathlib.Path) -> None:
@@ -112,8 +115,9 @@ def test_cli_legacy_output(successor_path: pathlib.Path, tmp_path: pathlib.Path)
 
 def test_missing_model_file_is_model_not_found_at_load(tmp_path: pathlib.Path) -> None:
     missing = tmp_path / "missing.gguf"
-    result = wasinn("run", "--nn-preload", f"default:GGML:AUTO:{missing}", str(GUESTS / "complete.wasm"),
-                    "default", "a")
+    result = wasinn(
+        "run", "--nn-preload", f"default:GGML:AUTO:{missing}", str(GUESTS / "complete.wasm"), "default", "a"
+    )
     lines = result.stderr.strip().splitlines()
     assert lines[0].startswith("wasinn: WARNING: --nn-preload default: model file ")
     assert str(missing) in lines[0] and "ModelNotFound" in lines[0]
@@ -124,7 +128,8 @@ def test_missing_model_file_is_model_not_found_at_load(tmp_path: pathlib.Path) -
 
 
 def test_every_unresolved_import_is_named_and_wasmedge_sockets_explained(tmp_path: pathlib.Path) -> None:
-    module = bytes(wasmtime.wat2wasm("""
+    module = bytes(
+        wasmtime.wat2wasm("""
 (module
   (import "wasi_snapshot_preview1" "sock_open" (func (param i32 i32 i32) (result i32)))
   (import "wasi_snapshot_preview1" "sock_setsockopt" (func (param i32 i32 i32 i32 i32) (result i32)))
@@ -132,7 +137,8 @@ def test_every_unresolved_import_is_named_and_wasmedge_sockets_explained(tmp_pat
   (import "env" "made_up" (func))
   (memory (export "memory") 1)
   (func (export "_start")))
-"""))
+""")
+    )
     with pytest.raises(GuestError) as info:
         WasiNN().run(module)
     message = str(info.value)

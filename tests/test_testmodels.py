@@ -77,10 +77,14 @@ def test_successor_text_table() -> None:
 def test_files_are_reproducible(tmp_path: pathlib.Path) -> None:
     first = write_successor_model(tmp_path / "one.gguf").read_bytes()
     assert write_successor_model(tmp_path / "two.gguf").read_bytes() == first
-    small = {"n_layer": 1, "n_embd": 64, "n_head": 2, "n_ff": 64, "n_vocab": 400}
-    first = write_random_model(tmp_path / "r1.gguf", **small).read_bytes()
-    assert write_random_model(tmp_path / "r2.gguf", **small).read_bytes() == first
-    assert write_random_model(tmp_path / "r3.gguf", seed=1, **small).read_bytes() != first
+
+    def small(name: str, seed: int = 0) -> bytes:
+        path = write_random_model(tmp_path / name, n_layer=1, n_embd=64, n_head=2, n_ff=64, n_vocab=400, seed=seed)
+        return path.read_bytes()
+
+    first = small("r1.gguf")
+    assert small("r2.gguf") == first
+    assert small("r3.gguf", seed=1) != first
 
 
 # ---------------------------------------------------------------------------------------------

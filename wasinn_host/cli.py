@@ -65,53 +65,110 @@ def parse_env(spec: str) -> tuple[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``wasinn`` argument parser (its ``run`` subcommand holds every option)."""
     parser = argparse.ArgumentParser(
         prog="wasinn",
         description="Run WebAssembly guests that use WASI-NN (WasmEdge GGML dialect) on wasmtime, "
-                    "with llama.cpp doing the inference.",
+        "with llama.cpp doing the inference.",
     )
     parser.add_argument("--version", action="version", version=f"wasinn-host {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = commands.add_parser(
-        "run", help="run a .wasm guest (WASI command) with the wasi_ephemeral_nn imports",
+        "run",
+        help="run a .wasm guest (WASI command) with the wasi_ephemeral_nn imports",
         description="Run a WASI command module with the wasi_ephemeral_nn imports. Models are named with "
-                    "--nn-preload and load lazily on the guest's first load_by_name.",
-        epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "--nn-preload and load lazily on the guest's first load_by_name.",
+        epilog=RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument("--nn-preload", action="append", default=[], metavar="NAME:ENCODING:TARGET:PATH",
-                     help="make a GGUF model available to load_by_name(NAME); ENCODING is GGML, TARGET "
-                          "cpu|gpu|tpu|auto (GPU offload is the n-gpu-layers config key); repeatable")
-    run.add_argument("--dir", action="append", default=[], metavar="DIR",
-                     help="preopen a host directory for the guest: PATH, GUEST:HOST or HOST::GUEST; repeatable")
-    run.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                     help="set an environment variable in the guest; repeatable")
-    run.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                     help="host log level (default: WARNING); DEBUG also shows llama.cpp's own log")
+    run.add_argument(
+        "--nn-preload",
+        action="append",
+        default=[],
+        metavar="NAME:ENCODING:TARGET:PATH",
+        help="make a GGUF model available to load_by_name(NAME); ENCODING is GGML, TARGET "
+        "cpu|gpu|tpu|auto (GPU offload is the n-gpu-layers config key); repeatable",
+    )
+    run.add_argument(
+        "--dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="preopen a host directory for the guest: PATH, GUEST:HOST or HOST::GUEST; repeatable",
+    )
+    run.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set an environment variable in the guest; repeatable",
+    )
+    run.add_argument(
+        "--log-level",
+        default="WARNING",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="host log level (default: WARNING); DEBUG also shows llama.cpp's own log",
+    )
     run.add_argument("--log-file", metavar="PATH", help="write the host log to PATH instead of stderr")
-    run.add_argument("--log-format", default="text", choices=["text", "json"],
-                     help="text lines, or JSON lines with timestamp, level, event, graph, context and message")
-    run.add_argument("--nn-legacy-output", action="store_true",
-                     help="copy the whole output into a zero-length get_output buffer, as WasmEdge <= 0.16.3 "
-                          "did (LlamaEdge's apps need it); never past the end of guest memory")
-    run.add_argument("--nn-allow", action="append", metavar="NAME",
-                     help="only these preloaded names may be loaded by the guest (repeatable; default: all)")
-    run.add_argument("--instances", type=_positive, default=1, metavar="N",
-                     help="run N instances of the module at once (one Store each, same arguments and "
-                          "environment, sharing the models); output lines stay whole; exit code = the first "
-                          "non-zero one (default: 1)")
-    run.add_argument("--timeout", type=float, metavar="SECONDS",
-                     help="stop the guest (trap) after SECONDS of wall-clock time; its contexts are freed")
-    run.add_argument("--status", action="store_true",
-                     help="print the backend status JSON (queue, memory, sessions, performance) on stderr at exit")
-    run.add_argument("--metrics-port", type=int, metavar="PORT",
-                     help="serve Prometheus metrics on 127.0.0.1:PORT while running (needs prometheus-client)")
+    run.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="text lines, or JSON lines with timestamp, level, event, graph, context and message",
+    )
+    run.add_argument(
+        "--nn-legacy-output",
+        action="store_true",
+        help="copy the whole output into a zero-length get_output buffer, as WasmEdge <= 0.16.3 "
+        "did (LlamaEdge's apps need it); never past the end of guest memory",
+    )
+    run.add_argument(
+        "--nn-allow",
+        action="append",
+        metavar="NAME",
+        help="only these preloaded names may be loaded by the guest (repeatable; default: all)",
+    )
+    run.add_argument(
+        "--instances",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="run N instances of the module at once (one Store each, same arguments and "
+        "environment, sharing the models); output lines stay whole; exit code = the first "
+        "non-zero one (default: 1)",
+    )
+    run.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="stop the guest (trap) after SECONDS of wall-clock time; its contexts are freed",
+    )
+    run.add_argument(
+        "--status",
+        action="store_true",
+        help="print the backend status JSON (queue, memory, sessions, performance) on stderr at exit",
+    )
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics on 127.0.0.1:PORT while running (needs prometheus-client)",
+    )
     limits = run.add_argument_group("limits (defaults protect the host without getting in the way)")
     for field, help_text in _LIMIT_HELP.items():
         default = getattr(Limits(), field)
-        limits.add_argument("--" + field.replace("_", "-"), type=int, default=default, metavar="N",
-                            help=f"{help_text} (default: {default})")
-    limits.add_argument("--no-load-bytes", action="store_true",
-                        help="refuse load() of model bytes sent by the guest (errno 6); load_by_name still works")
+        limits.add_argument(
+            "--" + field.replace("_", "-"),
+            type=int,
+            default=default,
+            metavar="N",
+            help=f"{help_text} (default: {default})",
+        )
+    limits.add_argument(
+        "--no-load-bytes",
+        action="store_true",
+        help="refuse load() of model bytes sent by the guest (errno 6); load_by_name still works",
+    )
     run.add_argument("module", metavar="MODULE.wasm", help="the guest module")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments passed to the guest")
     return parser
@@ -165,18 +222,26 @@ def run_command(ns: argparse.Namespace) -> int:
         if not preload.path.is_file():  # as WasmEdge: the guest runs, and load_by_name gets ModelNotFound
             logging.getLogger("wasinn_host").warning(
                 "--nn-preload %s: model file %s does not exist; load_by_name(%s) will fail with ModelNotFound",
-                preload.name, json.dumps(str(preload.path)), json.dumps(preload.name),
+                preload.name,
+                json.dumps(str(preload.path)),
+                json.dumps(preload.name),
             )
     if not preloads and DEMO_MODEL_PATH.is_file():
         preloads = [Preload("default", DEMO_MODEL_PATH)]  # the embedded demo model
-    nn = WasiNN(preload=preloads, limits=_limits(ns), allowed_models=ns.nn_allow, interruptible=True,
-                legacy_output=ns.nn_legacy_output)
+    nn = WasiNN(
+        preload=preloads,
+        limits=_limits(ns),
+        allowed_models=ns.nn_allow,
+        interruptible=True,
+        legacy_output=ns.nn_legacy_output,
+    )
     signal.signal(signal.SIGHUP, lambda *_: _reload(nn))
     try:
         if ns.metrics_port:
             nn.serve_metrics(ns.metrics_port)
-        results = run_instances(nn, ns.module, ns.args, RunOptions(env=env, dirs=dirs, program_name=ns.module),
-                                ns.instances, ns.timeout)
+        results = run_instances(
+            nn, ns.module, ns.args, RunOptions(env=env, dirs=dirs, program_name=ns.module), ns.instances, ns.timeout
+        )
     except (GuestError, RuntimeError, OSError) as exc:
         return _fail(str(exc))
     finally:

@@ -232,10 +232,21 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-WASMEDGE_SOCKETS = frozenset({
-    "sock_open", "sock_bind", "sock_listen", "sock_connect", "sock_getlocaladdr", "sock_getpeeraddr",
-    "sock_setsockopt", "sock_getsockopt", "sock_getaddrinfo", "sock_recv_from", "sock_send_to",
-})
+WASMEDGE_SOCKETS = frozenset(
+    {
+        "sock_open",
+        "sock_bind",
+        "sock_listen",
+        "sock_connect",
+        "sock_getlocaladdr",
+        "sock_getpeeraddr",
+        "sock_setsockopt",
+        "sock_getsockopt",
+        "sock_getaddrinfo",
+        "sock_recv_from",
+        "sock_send_to",
+    }
+)
 """WasmEdge's socket extension of ``wasi_snapshot_preview1`` (plus ``sock_accept`` with two parameters)."""
 
 
@@ -260,11 +271,12 @@ def check_imports(linker: wasmtime.Linker, store: wasmtime.Store, module: wasmti
         return
     message = f"{len(missing)} unresolved import{'s' if len(missing) > 1 else ''}: {', '.join(missing)}"
     if sockets:
-        message += ("; the sock_* ones are WasmEdge's socket extension, which wasmtime does not provide: this guest "
-                    "is a network server or client built for WasmEdge (such as LlamaEdge's llama-api-server) and "
-                    "cannot run here; use a command-line guest (llama-chat, llama-simple) instead")
+        message += (
+            "; the sock_* ones are WasmEdge's socket extension, which wasmtime does not provide: this guest "
+            "is a network server or client built for WasmEdge (such as LlamaEdge's llama-api-server) and "
+            "cannot run here; use a command-line guest (llama-chat, llama-simple) instead"
+        )
     raise GuestError(message)
-
 
 
 def _same_signature(defined: object, wanted: object, store: wasmtime.Store) -> bool:

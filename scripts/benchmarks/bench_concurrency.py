@@ -58,11 +58,11 @@ from pathlib import Path
 import llama_cpp
 import wasmtime
 
-ROOT = Path(__file__).resolve().parents[2]
-
 from wasinn_host import ModelRegistry, RunOptions, WasiNN
 from wasinn_host.core.llama import init_backend
 from wasinn_host.testing.gguf_models import write_random_model
+
+ROOT = Path(__file__).resolve().parents[2]
 
 GUEST = ROOT / "guest_examples" / "complete.wasm"
 ALIAS = "bench"
@@ -75,7 +75,7 @@ ALPHABET = string.ascii_letters
 
 
 def rss_bytes() -> int:
-    """This process's resident memory (VmRSS) in bytes."""
+    """Resident memory of this process (VmRSS) in bytes."""
     with open("/proc/self/status", "rb") as status:
         for line in status:
             if line.startswith(b"VmRSS:"):
@@ -137,15 +137,22 @@ def host_config(n_tokens: int, ctx_size: int, threads: int, n_parallel: int) -> 
 
     Only the keys a real guest sets (ctx-size, batch-size, threads, temp, n-predict); ``n-parallel``
     only when asked for (0: unset, the default a user gets)."""
-    config: dict[str, object] = {"temp": 0, "ignore-eos": True, "n-predict": n_tokens, "ctx-size": ctx_size,
-                                 "threads": threads, "batch-size": N_BATCH}
+    config: dict[str, object] = {
+        "temp": 0,
+        "ignore-eos": True,
+        "n-predict": n_tokens,
+        "ctx-size": ctx_size,
+        "threads": threads,
+        "batch-size": N_BATCH,
+    }
     if n_parallel:
         config["n-parallel"] = n_parallel
     return config
 
 
-def host_run(nn: WasiNN, module: wasmtime.Module, prompts: list[str], config: dict[str, object],
-             workdir: Path) -> HostRun:
+def host_run(
+    nn: WasiNN, module: wasmtime.Module, prompts: list[str], config: dict[str, object], workdir: Path
+) -> HostRun:
     """Run one guest per prompt, all at once; aggregate generated tokens/s."""
     n = len(prompts)
     env = {"WASINN_CONFIG": json.dumps(config)}
@@ -211,8 +218,9 @@ def native_load(path: Path) -> NativeModel:
     return NativeModel(model, llama_cpp.llama_model_get_vocab(model))
 
 
-def native_run(model: NativeModel, prompts: list[list[int]], n_tokens: int, threads: int, ctx_size: int,
-               kv_unified: bool) -> tuple[float, list[bytes]]:
+def native_run(
+    model: NativeModel, prompts: list[list[int]], n_tokens: int, threads: int, ctx_size: int, kv_unified: bool
+) -> tuple[float, list[bytes]]:
     """Decode ``len(prompts)`` sequences batched; aggregate generated tokens/s and each text."""
     n = len(prompts)
     cparams = llama_cpp.llama_context_default_params()
@@ -254,7 +262,7 @@ def native_run(model: NativeModel, prompts: list[list[int]], n_tokens: int, thre
     # prompts: all sequences packed together, chunked to n_batch
     items = [(seq, pos, tok) for seq, prompt in enumerate(prompts) for pos, tok in enumerate(prompt)]
     for chunk_start in range(0, len(items), N_BATCH):
-        chunk = items[chunk_start:chunk_start + N_BATCH]
+        chunk = items[chunk_start : chunk_start + N_BATCH]
         finishing: list[tuple[int, int]] = []
         for i, (seq, pos, tok) in enumerate(chunk):
             last = pos == len(prompts[seq]) - 1
@@ -265,11 +273,11 @@ def native_run(model: NativeModel, prompts: list[list[int]], n_tokens: int, thre
         for seq, index in finishing:
             sample(seq, index)
     # generation: one token per sequence per decode, in seq-id order
-    pos = [len(p) for p in prompts]
+    positions = [len(p) for p in prompts]
     while min(counts) < n_tokens:
         for seq in range(n):
-            add(seq, next_token[seq], pos[seq], seq, True)
-            pos[seq] += 1
+            add(seq, next_token[seq], positions[seq], seq, True)
+            positions[seq] += 1
         decode(n)
         for seq in range(n):
             sample(seq, seq)
@@ -327,7 +335,7 @@ def prefix_reuse(nn: WasiNN, config: dict[str, object], first: str, second: str)
     store = wasmtime.Store(nn.engine)
     nn.attach(store)
     try:
-        instance = linker.instantiate(store, wasmtime.Module(nn.engine, wasmtime.wat2wasm(TURN_GUEST_WAT)))
+        instance = linker.instantiate(store, wasmtime.Module(nn.engine, bytes(wasmtime.wat2wasm(TURN_GUEST_WAT))))
         exports = instance.exports(store)
         memory, open_, turn = exports["memory"], exports["open"], exports["turn"]
         assert isinstance(memory, wasmtime.Memory) and isinstance(open_, wasmtime.Func)
@@ -375,18 +383,37 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, help="GGUF model (default: a generated random 12-layer F16 model)")
     parser.add_argument("--tokens", type=int, default=64, help="tokens generated per guest (default 64)")
-    parser.add_argument("--prompt-tokens", type=int, default=32,
-                        help="prompt length in letters (~tokens; one more for BOS) per guest (default 32)")
-    parser.add_argument("--n", default="1,2,4,8", help=f"concurrent guests to measure, comma-separated, each <= "
-                        f"{MAX_N} (default 1,2,4,8)")
-    parser.add_argument("--host-n-parallel", type=int, default=0, metavar="N",
-                        help="set n-parallel N in the guests' config (default: unset, as real guests do)")
+    parser.add_argument(
+        "--prompt-tokens",
+        type=int,
+        default=32,
+        help="prompt length in letters (~tokens; one more for BOS) per guest (default 32)",
+    )
+    parser.add_argument(
+        "--n",
+        default="1,2,4,8",
+        help=f"concurrent guests to measure, comma-separated, each <= {MAX_N} (default 1,2,4,8)",
+    )
+    parser.add_argument(
+        "--host-n-parallel",
+        type=int,
+        default=0,
+        metavar="N",
+        help="set n-parallel N in the guests' config (default: unset, as real guests do)",
+    )
     parser.add_argument("--runs", type=int, default=3, help="timed runs of each N; the median is reported (default 3)")
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads for both (default 2)")
-    parser.add_argument("--native-kv-unified", action="store_true",
-                        help="native reference with one shared KV pool (default: one stream per sequence, as the host)")
-    parser.add_argument("--prefix-tokens", type=int, default=500, help="turn-1 prompt length for the prefix-reuse "
-                        "measurement (default 500)")
+    parser.add_argument(
+        "--native-kv-unified",
+        action="store_true",
+        help="native reference with one shared KV pool (default: one stream per sequence, as the host)",
+    )
+    parser.add_argument(
+        "--prefix-tokens",
+        type=int,
+        default=500,
+        help="turn-1 prompt length for the prefix-reuse measurement (default 500)",
+    )
     parser.add_argument("--extra-tokens", type=int, default=12, help="tokens turn 2 adds (default 12)")
     parser.add_argument("--ttft-runs", type=int, default=3, help="prefix-reuse pairs timed; median (default 3)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the random prompts (default 1)")
@@ -396,8 +423,9 @@ def main() -> int:
         parser.error(f"--n values must be 1..{MAX_N}")
     rng = random.Random(args.seed)
     baseline_rss = rss_bytes()
-    ctx_size = round_up(max(args.prompt_tokens + 1 + args.tokens + 8,
-                            args.prefix_tokens + args.extra_tokens + 1 + 8), 256)
+    ctx_size = round_up(
+        max(args.prompt_tokens + 1 + args.tokens + 8, args.prefix_tokens + args.extra_tokens + 1 + 8), 256
+    )
     config = host_config(args.tokens, ctx_size, args.threads, args.host_n_parallel)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -427,20 +455,32 @@ def main() -> int:
         high_water = model_status["sequences_high_water"]
 
         native_model = native_load(model_path)
-        native_run(native_model, [native_model.tokenize(p) for p in random_prompts(rng, 2, args.prompt_tokens)],
-                   4, args.threads, ctx_size, args.native_kv_unified)  # warm up
+        native_run(
+            native_model,
+            [native_model.tokenize(p) for p in random_prompts(rng, 2, args.prompt_tokens)],
+            4,
+            args.threads,
+            ctx_size,
+            args.native_kv_unified,
+        )  # warm up
         host: dict[int, list[HostRun]] = {n: [] for n in ns}
         native: dict[int, list[float]] = {n: [] for n in ns}
         same = {n: 0 for n in ns}
         for _ in range(args.runs):  # interleaved, so drift affects both alike
             for n in ns:
                 prompts = random_prompts(rng, n, args.prompt_tokens)
-                h = host_run(nn, module, prompts, config, workdir)
-                rate, texts = native_run(native_model, [native_model.tokenize(p) for p in prompts], args.tokens,
-                                         args.threads, ctx_size, args.native_kv_unified)
-                host[n].append(h)
+                one = host_run(nn, module, prompts, config, workdir)
+                rate, texts = native_run(
+                    native_model,
+                    [native_model.tokenize(p) for p in prompts],
+                    args.tokens,
+                    args.threads,
+                    ctx_size,
+                    args.native_kv_unified,
+                )
+                host[n].append(one)
                 native[n].append(rate)
-                same[n] += sum(a == b for a, b in zip(h.texts, texts))
+                same[n] += sum(a == b for a, b in zip(one.texts, texts))
         llama_cpp.llama_model_free(native_model.ptr)
 
         # prefix reuse: fresh random prompts, so turn 1 reuses nothing but BOS
@@ -455,24 +495,32 @@ def main() -> int:
 
     # -- report
     label = model_path.name if args.model else "random 12-layer F16 (generated)"
-    print(f"model: {label}, {mib(file_size).strip()} file; {args.threads} threads; prompts {prompt_len} tokens "
-          f"(with BOS), {args.tokens} generated tokens per guest, greedy; ctx-size {ctx_size} per sequence; "
-          f"median of {args.runs} runs; guest compiled once ({compile_ms:.0f} ms)")
+    print(
+        f"model: {label}, {mib(file_size).strip()} file; {args.threads} threads; prompts {prompt_len} tokens "
+        f"(with BOS), {args.tokens} generated tokens per guest, greedy; ctx-size {ctx_size} per sequence; "
+        f"median of {args.runs} runs; guest compiled once ({compile_ms:.0f} ms)"
+    )
     n_parallel = f"n-parallel {args.host_n_parallel}" if args.host_n_parallel else "n-parallel unset"
-    print(f"host: complete.wasm x N through one WasiNN, {n_parallel} (at most {high_water} sequences decoded "
-          f"together); native: n_seq_max N, "
-          f"kv_unified {'true' if args.native_kv_unified else 'false'}, one llama_decode per step")
+    print(
+        f"host: complete.wasm x N through one WasiNN, {n_parallel} (at most {high_water} sequences decoded "
+        f"together); native: n_seq_max N, "
+        f"kv_unified {'true' if args.native_kv_unified else 'false'}, one llama_decode per step"
+    )
     print()
-    print(f"{'N':>3}  {'host tok/s':>10}  {'native tok/s':>12}  {'host/native':>11}  {'host xN=1':>9}  "
-          f"{'decodes/run':>11}  {'same text':>9}")
+    print(
+        f"{'N':>3}  {'host tok/s':>10}  {'native tok/s':>12}  {'host/native':>11}  {'host xN=1':>9}  "
+        f"{'decodes/run':>11}  {'same text':>9}"
+    )
     base = statistics.median(r.tokens_per_s for r in host[ns[0]]) if ns[0] == 1 else None
     for n in ns:
         h = statistics.median(r.tokens_per_s for r in host[n])
         nat = statistics.median(native[n])
         speedup = f"{h / base:9.2f}" if base else f"{'-':>9}"
         calls = statistics.median(r.decode_calls for r in host[n])
-        print(f"{n:>3}  {h:10.1f}  {nat:12.1f}  {h / nat:11.3f}  {speedup}  {calls:11.0f}  "
-              f"{same[n]:>4}/{n * args.runs:<4}")
+        print(
+            f"{n:>3}  {h:10.1f}  {nat:12.1f}  {h / nat:11.3f}  {speedup}  {calls:11.0f}  "
+            f"{same[n]:>4}/{n * args.runs:<4}"
+        )
     host_runs = "; ".join(f"N={n}: " + ", ".join(f"{r.tokens_per_s:.0f}" for r in host[n]) for n in ns)
     print("     runs (host): " + host_runs)
     print("     runs (native): " + "; ".join(f"N={n}: " + ", ".join(f"{x:.0f}" for x in native[n]) for n in ns))
@@ -487,20 +535,30 @@ def main() -> int:
     print(f"  {kv_label:<34}{mib(kv_bytes)}   ({kv_sequences} sequences x {ctx_size} tokens, F16)")
     print(f"  weights + KV                      {mib(expected)}")
     print(f"  process RSS before model load     {mib(before_load_rss)}   (at start: {mib(baseline_rss).strip()})")
-    print(f"  peak RSS                          {mib(process)}   overhead vs weights+KV: "
-          f"{(process / expected - 1) * 100:+.1f} %")
-    print(f"  peak RSS - RSS before model load  {mib(net)}   overhead vs weights+KV: "
-          f"{(net / expected - 1) * 100:+.1f} %"
-          f"  (target <= +15 %)")
+    print(
+        f"  peak RSS                          {mib(process)}   overhead vs weights+KV: "
+        f"{(process / expected - 1) * 100:+.1f} %"
+    )
+    print(
+        f"  peak RSS - RSS before model load  {mib(net)}   overhead vs weights+KV: "
+        f"{(net / expected - 1) * 100:+.1f} %"
+        f"  (target <= +15 %)"
+    )
     print()
     t1 = statistics.median(t.first_ms for t in turns)
     t2 = statistics.median(t.second_ms for t in turns)
-    print(f"prefix reuse, one execution context through the ABI (set_input + compute, n-predict 1), "
-          f"median of {args.ttft_runs}:")
-    print(f"  turn 1: {args.prefix_tokens}-letter prompt        {t1:8.1f} ms to first token  "
-          f"(decoded: {', '.join(str(t.first_decoded) for t in turns)} tokens)")
-    print(f"  turn 2: same + {args.extra_tokens} letters          {t2:8.1f} ms to first token  "
-          f"(decoded: {', '.join(str(t.second_decoded) for t in turns)} tokens)")
+    print(
+        f"prefix reuse, one execution context through the ABI (set_input + compute, n-predict 1), "
+        f"median of {args.ttft_runs}:"
+    )
+    print(
+        f"  turn 1: {args.prefix_tokens}-letter prompt        {t1:8.1f} ms to first token  "
+        f"(decoded: {', '.join(str(t.first_decoded) for t in turns)} tokens)"
+    )
+    print(
+        f"  turn 2: same + {args.extra_tokens} letters          {t2:8.1f} ms to first token  "
+        f"(decoded: {', '.join(str(t.second_decoded) for t in turns)} tokens)"
+    )
     print(f"  turn 2 / turn 1: {t2 / t1 * 100:.1f} %  (target <= 15 %)")
     print(f"\ntotal time {total_s:.0f} s")
     return 0

@@ -29,12 +29,12 @@ from pathlib import Path
 import llama_cpp
 import wasmtime
 
-ROOT = Path(__file__).resolve().parents[2]
-
 from wasinn_host import ModelRegistry, RunOptions, WasiNN
 from wasinn_host.core.config import EMPTY_CONFIG
 from wasinn_host.ephemeral.execution import ExecutionContext
 from wasinn_host.testing.gguf_models import write_random_model, write_successor_model
+
+ROOT = Path(__file__).resolve().parents[2]
 
 PROMPT = "The quick brown fox jumps over the lazy dog. " * 2
 
@@ -84,10 +84,18 @@ def native_tokens_per_s(model_path: Path, n_tokens: int, threads: int, n_ctx: in
 
 
 def host_tokens_per_s(nn: WasiNN, n_tokens: int, threads: int, n_ctx: int, workdir: Path) -> float:
-    config = {"n-predict": n_tokens, "temp": 0, "ignore-eos": True, "threads": threads,
-              "ctx-size": n_ctx, "n-parallel": 1, "batch-size": 512}
-    options = RunOptions(env={"WASINN_CONFIG": json.dumps(config)}, stdout=str(workdir / "out.txt"),
-                         stderr=str(workdir / "err.txt"))
+    config = {
+        "n-predict": n_tokens,
+        "temp": 0,
+        "ignore-eos": True,
+        "threads": threads,
+        "ctx-size": n_ctx,
+        "n-parallel": 1,
+        "batch-size": 512,
+    }
+    options = RunOptions(
+        env={"WASINN_CONFIG": json.dumps(config)}, stdout=str(workdir / "out.txt"), stderr=str(workdir / "err.txt")
+    )
     started = time.perf_counter()
     code = nn.run(ROOT / "guest_examples" / "complete.wasm", ["bench", PROMPT], options)
     elapsed = time.perf_counter() - started
@@ -163,8 +171,10 @@ def main() -> int:
         metadata_cost = get_output_cost_us(nn, args.calls, index=1)
         nn.registry.close()
     n, h = statistics.median(native), statistics.median(host)
-    print(f"model: {model.name if args.model else 'random 12-layer F16 (generated)'}; "
-          f"{args.tokens} tokens, greedy, {args.threads} threads, median of {args.runs}")
+    print(
+        f"model: {model.name if args.model else 'random 12-layer F16 (generated)'}; "
+        f"{args.tokens} tokens, greedy, {args.threads} threads, median of {args.runs}"
+    )
     print(f"native llama-cpp-python decode loop : {n:8.1f} tokens/s  (runs: {', '.join(f'{x:.1f}' for x in native)})")
     print(f"guest through wasinn-host          : {h:8.1f} tokens/s  (runs: {', '.join(f'{x:.1f}' for x in host)})")
     print(f"ratio host/native                  : {h / n:8.3f}  (target >= 0.97)")

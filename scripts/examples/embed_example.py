@@ -12,10 +12,10 @@ from pathlib import Path
 
 import wasmtime
 
-ROOT = Path(__file__).resolve().parents[2]
-
 from wasinn_host import RunOptions, WasiNN
 from wasinn_host.models import DEMO_MODEL_PATH
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def main() -> int:
@@ -25,8 +25,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.txt"
         prompt = "<|im_start|>user\nWhat is 12+30?<|im_end|>\n<|im_start|>assistant\n"
-        code = nn.run(ROOT / "guest_examples" / "complete.wasm", ["default", prompt],
-                      RunOptions(env={"temp": "0"}, stdout=str(out)))
+        code = nn.run(
+            ROOT / "guest_examples" / "complete.wasm",
+            ["default", prompt],
+            RunOptions(env={"temp": "0"}, stdout=str(out)),
+        )
         print(f"guest exit code {code}, answer: {out.read_text().strip()}")
 
     # 2. your own Linker and Store (the Store's handles are freed when it is)
@@ -35,15 +38,20 @@ def main() -> int:
     nn.add_to_linker(linker)
     store = wasmtime.Store(nn.engine)
     nn.attach(store)
-    print("imports defined:", sorted(e.name for e in nn.load_module(ROOT / "guest_examples" / "chat.wasm").imports
-                                     if e.module == "wasi_ephemeral_nn"))
+    print(
+        "imports defined:",
+        sorted(
+            e.name or ""
+            for e in nn.load_module(ROOT / "guest_examples" / "chat.wasm").imports
+            if e.module == "wasi_ephemeral_nn"
+        ),
+    )
 
     # 3. no guest: a Session, with the host applying the model's chat template
     messages = [{"role": "user", "content": "What is 700-58?"}]
     with nn.session("default", {"temp": 0, "chat-template": True}) as session:
         answer = session.complete(json.dumps(messages))
-        print(f"session answer: {answer!r}; streamed:",
-              b"".join(session.stream(json.dumps(messages))).decode())
+        print(f"session answer: {answer!r}; streamed:", b"".join(session.stream(json.dumps(messages))).decode())
         print("metadata:", session.metadata)
     return 0
 

@@ -54,9 +54,7 @@ def zig_cmd() -> list[str]:
 
 def zig_version() -> str | None:
     """The installed ziglang's version, or None when ziglang is missing."""
-    proc = subprocess.run(
-        [*zig_cmd(), "version"], capture_output=True, text=True, check=False
-    )
+    proc = subprocess.run([*zig_cmd(), "version"], capture_output=True, text=True, check=False)
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
@@ -117,8 +115,7 @@ def check(out_dir: Path) -> int:
         version = zig_version()
         if version != PINNED_ZIG_VERSION:
             print(
-                f"note: ziglang {version} is installed, the modules are built with "
-                f"{PINNED_ZIG_VERSION}",
+                f"note: ziglang {version} is installed, the modules are built with {PINNED_ZIG_VERSION}",
                 file=sys.stderr,
             )
         print("rebuild with: python scripts/tools/build_guests.py", file=sys.stderr)
@@ -152,8 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if version != PINNED_ZIG_VERSION:
         print(
-            f"warning: ziglang {version} != pinned {PINNED_ZIG_VERSION}; "
-            "output will not match the committed modules",
+            f"warning: ziglang {version} != pinned {PINNED_ZIG_VERSION}; output will not match the committed modules",
             file=sys.stderr,
         )
     try:

@@ -26,7 +26,6 @@ import time
 import traceback
 from typing import Any
 
-
 from wasinn_host.testing.fuzz_machine import make_env, run_fuzz
 
 
@@ -49,22 +48,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=200, help="hypothesis examples (one fresh Store each)")
     parser.add_argument("--steps", type=int, default=50, help="rule steps per example")
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: derandomized, as in CI)")
-    parser.add_argument("--models", type=pathlib.Path, default=None,
-                        help="directory for the generated test models (default: a temporary one)")
-    parser.add_argument("--wide-models", action="store_true",
-                        help="random truncations/corruptions of the model for load (slower: each is checked in a child)")
-    parser.add_argument("--call-timeout", type=float, default=120.0,
-                        help="seconds one call may take before the watchdog dumps stacks and exits")
-    parser.add_argument("--show-stdout", action="store_true",
-                        help="let stream-stdout output through (default: sent to /dev/null while fuzzing)")
+    parser.add_argument(
+        "--models",
+        type=pathlib.Path,
+        default=None,
+        help="directory for the generated test models (default: a temporary one)",
+    )
+    parser.add_argument(
+        "--wide-models",
+        action="store_true",
+        help="random truncations/corruptions of the model for load (slower: each is checked in a child)",
+    )
+    parser.add_argument(
+        "--call-timeout",
+        type=float,
+        default=120.0,
+        help="seconds one call may take before the watchdog dumps stacks and exits",
+    )
+    parser.add_argument(
+        "--show-stdout",
+        action="store_true",
+        help="let stream-stdout output through (default: sent to /dev/null while fuzzing)",
+    )
     parser.add_argument("--no-shrink", action="store_true", help="report a failure as found, without shrinking it")
     args = parser.parse_args(argv)
 
     with contextlib.ExitStack() as stack:
         model_dir = args.models or pathlib.Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="wasinn-fuzz-")))
         env = make_env(model_dir, wide_models=args.wide_models, call_timeout=args.call_timeout)
-        print(f"fuzzing: {args.examples} examples x {args.steps} steps, seed "
-              f"{'derandomized' if args.seed is None else args.seed}", flush=True)
+        print(
+            f"fuzzing: {args.examples} examples x {args.steps} steps, seed "
+            f"{'derandomized' if args.seed is None else args.seed}",
+            flush=True,
+        )
         started = time.perf_counter()
         failed = False
         try:

@@ -15,14 +15,11 @@ import pathlib
 import sys
 import time
 
-
 from wasinn_host.testing.gguf_models import write_random_model, write_successor_model
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     kinds = parser.add_subparsers(dest="kind", required=True, metavar="{successor,random}")
 
     succ = kinds.add_parser(
@@ -33,8 +30,12 @@ def _parser() -> argparse.ArgumentParser:
         "BOS -> 'a', everything else end of sequence).",
     )
     succ.add_argument("out", type=pathlib.Path, help="path of the GGUF file to write")
-    succ.add_argument("--logit-gap", type=float, default=20.0,
-                      help="logit of the successor above all others (default 20: deterministic; ~1: random sampling)")
+    succ.add_argument(
+        "--logit-gap",
+        type=float,
+        default=20.0,
+        help="logit of the successor above all others (default 20: deterministic; ~1: random sampling)",
+    )
     succ.add_argument("--context-length", type=int, default=512, help="llama.context_length (default 512)")
     succ.add_argument("--layers", type=int, default=1, help="number of (inert) layers (default 1)")
     succ.add_argument("--f16", action="store_true", help="store matrices as F16 instead of F32")
@@ -61,13 +62,23 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     if args.kind == "successor":
         path = write_successor_model(
-            args.out, context_length=args.context_length, logit_gap=args.logit_gap,
-            n_layer=args.layers, f16=args.f16,
+            args.out,
+            context_length=args.context_length,
+            logit_gap=args.logit_gap,
+            n_layer=args.layers,
+            f16=args.f16,
         )
     else:
         path = write_random_model(
-            args.out, n_layer=args.layers, n_embd=args.embd, n_head=args.heads, n_ff=args.ff,
-            n_vocab=args.vocab, context_length=args.context_length, seed=args.seed, f16=not args.f32,
+            args.out,
+            n_layer=args.layers,
+            n_embd=args.embd,
+            n_head=args.heads,
+            n_ff=args.ff,
+            n_vocab=args.vocab,
+            context_length=args.context_length,
+            seed=args.seed,
+            f16=not args.f32,
         )
     size_mb = path.stat().st_size / 1e6
     print(f"wrote {path} ({size_mb:.1f} MB) in {time.perf_counter() - start:.2f} s")

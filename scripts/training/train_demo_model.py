@@ -78,7 +78,6 @@ import torch.nn.functional as F
 from torch import nn
 
 import wasinn_host.testing.demo_data as demo
-
 from wasinn_host.testing.gguf_models import LlamaShape, Vocab, write_llama_gguf
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -249,9 +248,7 @@ def make_step_batches(
 
 
 @torch.no_grad()
-def greedy_answers(
-    model: TinyLlama, prompts: Sequence[str], max_new: int = 6, chunk: int = 64
-) -> list[str]:
+def greedy_answers(model: TinyLlama, prompts: Sequence[str], max_new: int = 6, chunk: int = 64) -> list[str]:
     """Greedy completions (end token stripped) of each prompt, BOS added, like the GGUF eval does."""
     model.eval()
     enc = [demo.encode(p) for p in prompts]
@@ -298,12 +295,26 @@ def accuracy(answers: Sequence[str], problems: Sequence[tuple[str, str]]) -> flo
 def export_gguf(model: TinyLlama, path: pathlib.Path) -> None:
     """Write the model as a llama.cpp GGUF (F16 matrices, F32 norms), atomically."""
     cfg = model.cfg
-    shape = LlamaShape(n_vocab=cfg.vocab_size, n_embd=cfg.dim, n_layer=cfg.n_layers, n_head=cfg.n_heads,
-                       n_ff=cfg.n_ff, context_length=cfg.context_length, rms_eps=cfg.norm_eps,
-                       rope_base=cfg.rope_base)
+    shape = LlamaShape(
+        n_vocab=cfg.vocab_size,
+        n_embd=cfg.dim,
+        n_layer=cfg.n_layers,
+        n_head=cfg.n_heads,
+        n_ff=cfg.n_ff,
+        context_length=cfg.context_length,
+        rms_eps=cfg.norm_eps,
+        rope_base=cfg.rope_base,
+    )
     scores = [0.0 if t != demo.TOKEN_TYPE_NORMAL else -float(i) for i, t in enumerate(demo.TOKEN_TYPES)]
-    vocab = Vocab(demo.TOKENS, scores, demo.TOKEN_TYPES, bos_id=demo.BOS_ID, eos_id=demo.EOS_ID,
-                  unk_id=demo.UNK_ID, eot_id=demo.IM_END_ID)
+    vocab = Vocab(
+        demo.TOKENS,
+        scores,
+        demo.TOKEN_TYPES,
+        bos_id=demo.BOS_ID,
+        eos_id=demo.EOS_ID,
+        unk_id=demo.UNK_ID,
+        eot_id=demo.IM_END_ID,
+    )
 
     def weights(t: torch.Tensor) -> np.ndarray:
         return t.detach().cpu().numpy().astype(np.float32)
@@ -322,9 +333,16 @@ def export_gguf(model: TinyLlama, path: pathlib.Path) -> None:
         tensors[p + "ffn_down.weight"] = weights(blk.w_down.weight)
     tensors["output_norm.weight"] = weights(model.output_norm.weight)
     tensors["output.weight"] = weights(model.output.weight)
-    write_llama_gguf(path, shape, vocab, tensors, name="wasinn-demo-arith", f16=True,
-                     description="Tiny arithmetic demo model for wasinn-host (scripts/training/train_demo_model.py)",
-                     chat_template=demo.CHAT_TEMPLATE)
+    write_llama_gguf(
+        path,
+        shape,
+        vocab,
+        tensors,
+        name="wasinn-demo-arith",
+        f16=True,
+        description="Tiny arithmetic demo model for wasinn-host (scripts/training/train_demo_model.py)",
+        chat_template=demo.CHAT_TEMPLATE,
+    )
 
 
 def f16_rounded(model: TinyLlama) -> TinyLlama:

@@ -228,6 +228,14 @@ class ParsedConfig:
 EMPTY_CONFIG = ParsedConfig({}, {}, {})
 
 
+def as_json(value: Any) -> str:
+    """A value as JSON writes it (``false``, ``"x"``), for messages; ``repr`` if it is not JSON."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return repr(value)
+
+
 def json_type(value: Any) -> str:
     """The JSON name of a decoded value's type, for error messages."""
     if value is None:
@@ -282,7 +290,7 @@ def _logit_bias(name: str, value: Any) -> tuple[tuple[int, float], ...]:
                 raise ValueError
         except (TypeError, ValueError):
             raise invalid(
-                f"config key {name!r}: entry {pair!r} is not accepted; expected "
+                f"config key {name!r}: entry {as_json(pair)} is not accepted; expected "
                 f"token id (integer >= 0) -> bias (number, or false to ban the token)"
             ) from None
         out.append((token_id, float(bias)))
@@ -292,10 +300,12 @@ def _logit_bias(name: str, value: Any) -> tuple[tuple[int, float], ...]:
 def _coerce(spec: KeySpec, value: Any) -> Any:
     """Check one value's JSON type and range; return it as the record's Python type."""
     if not _type_ok(spec.kind, value):
-        raise invalid(f"config key {spec.name!r}: got {json_type(value)} {value!r}; expected {_EXPECTED[spec.kind]}")
+        raise invalid(
+            f"config key {spec.name!r}: got {json_type(value)} {as_json(value)}; expected {_EXPECTED[spec.kind]}"
+        )
     if spec.kind is float:
         if not math.isfinite(value):
-            raise invalid(f"config key {spec.name!r}: {value!r} is not finite; expected a finite number")
+            raise invalid(f"config key {spec.name!r}: {as_json(value)} is not finite; expected a finite number")
         value = float(value)
     elif spec.kind is list:
         value = tuple(value)
@@ -304,7 +314,7 @@ def _coerce(spec: KeySpec, value: Any) -> Any:
     if spec.clamp_min is not None and value < spec.clamp_min:
         value = spec.clamp_min
     if spec.check is not None and not spec.check(value):
-        raise invalid(f"config key {spec.name!r}: {value!r} is out of range; accepted: {spec.accepted}")
+        raise invalid(f"config key {spec.name!r}: {as_json(value)} is out of range; accepted: {spec.accepted}")
     return value
 
 

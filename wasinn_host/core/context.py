@@ -16,11 +16,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import orjson
-
 from ..observability.log_setup import apply_logging_keys
 from .chat_prompt import render_chat_prompt
-from .config import MODEL_KEY_NAMES, ParsedConfig
+from .config import MODEL_KEY_NAMES, ParsedConfig, as_json
 from .embedding import normalize
 from .engine import ContextState, print_piece
 from .errors import ErrorKind, WasiNNError, invalid
@@ -115,7 +113,7 @@ class InferenceContext:
 
     def _warn_load_time_keys(self, config: ParsedConfig) -> None:
         changed = [
-            f"{MODEL_KEY_NAMES[k]}={_json(v)} (loaded with {_loaded_value(self.model, k)})"
+            f"{MODEL_KEY_NAMES[k]}={as_json(v)} (loaded with {_loaded_value(self.model, k)})"
             for k, v in config.model.items()
             if getattr(self.model.params, k) != v
         ]
@@ -305,14 +303,6 @@ class InferenceContext:
         self._registry.release(self.model)
 
 
-def _json(value: object) -> str:
-    """A value as JSON shows it (``false``, not ``False``)."""
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:
-        return repr(value)
-
-
 def _loaded_value(model: LoadedModel, field: str) -> str:
     """The value a load-time key has in ``model``; a 0 that means "the default" says which."""
     value = getattr(model.params, field)
@@ -320,4 +310,4 @@ def _loaded_value(model: LoadedModel, field: str) -> str:
         return f"the default ({model.n_ctx_seq})"
     if field in ("threads", "threads_batch") and value <= 0:
         return f"the default ({model.worker.context.threads})"
-    return _json(value)
+    return as_json(value)

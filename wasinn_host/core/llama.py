@@ -203,6 +203,7 @@ class Batch:
         self.n = 0
 
     def clear(self) -> None:
+        """Empty the batch."""
         self.n = 0
 
     def add(self, token: int, pos: int, seq_id: int, want_logits: bool) -> int:
@@ -218,6 +219,7 @@ class Batch:
         return i
 
     def close(self) -> None:
+        """Free the batch."""
         if self.raw is not None:
             self.raw.n_tokens = self.capacity
             llama_cpp.llama_batch_free(self.raw)
@@ -300,6 +302,7 @@ class LlamaContext:
         return list(ptr[: self.model.n_embd])
 
     def close(self) -> None:
+        """Free the context."""
         if self.ptr:
             llama_cpp.llama_free(self.ptr)
             self.ptr = None
@@ -336,9 +339,11 @@ class Sampler:
         return int(llama_cpp.llama_sampler_sample(self.ptr, ctx.ptr, batch_index))
 
     def reset(self) -> None:
+        """Forget the chain's history."""
         llama_cpp.llama_sampler_reset(self.ptr)
 
     def close(self) -> None:
+        """Free the chain."""
         if self.ptr:
             llama_cpp.llama_sampler_free(self.ptr)
             self.ptr = None
