@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument(
         "--no-load-bytes",
         action="store_true",
-        help="refuse load() of model bytes sent by the guest (errno 6); load_by_name still works",
+        help="refuse load() of model bytes sent by the guest (it gets UnsupportedOperation); load_by_name still works",
     )
     run.add_argument("module", metavar="MODULE.wasm", help="the guest module")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments passed to the guest")
