@@ -71,6 +71,7 @@ import random
 import sys
 import time
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import torch
@@ -162,6 +163,8 @@ class Block(nn.Module):
 
 
 class TinyLlama(nn.Module):
+    rope: torch.Tensor
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
@@ -171,7 +174,7 @@ class TinyLlama(nn.Module):
         self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         self.register_buffer("rope", rope_table(cfg, cfg.context_length), persistent=False)
         self.apply(self._init)
-        for blk in self.layers:  # scaled init of residual projections
+        for blk in self.blocks():  # scaled init of residual projections
             nn.init.normal_(blk.wo.weight, std=0.02 / math.sqrt(2 * cfg.n_layers))
             nn.init.normal_(blk.w_down.weight, std=0.02 / math.sqrt(2 * cfg.n_layers))
 
@@ -180,11 +183,15 @@ class TinyLlama(nn.Module):
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, std=0.02)
 
+    def blocks(self) -> list[Block]:
+        """The transformer blocks, typed."""
+        return [cast(Block, blk) for blk in self.layers]
+
     def hidden(self, ids: torch.Tensor) -> torch.Tensor:
         """Final hidden states [B, T, dim] before the output norm."""
         rot = self.rope[: ids.shape[1]]
         x = self.tok_embd(ids)
-        for blk in self.layers:
+        for blk in self.blocks():
             x = blk(x, rot)
         return x
 
@@ -219,11 +226,21 @@ def make_step_batches(
     simple_steps: int,
     p_simple: float,
     p_system: float,
+    p_styles: float = 0.0,
 ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """Micro-batches (inputs, targets, loss mask) for one optimiser step, length-bucketed."""
+    """Micro-batches (inputs, targets, loss mask) for one optimiser step, length-bucketed; with
+    ``p_styles`` > 0 that share of conversations is spelled in a random client style
+    (:func:`demo.random_style`)."""
     rng = random.Random(seed * 1_000_003 + step)
     p = 1.0 if step < simple_steps else p_simple
-    docs = [encode_conversation(demo.sample_conversation(rng, p_system=p_system, p_simple=p)) for _ in range(batch)]
+
+    def style() -> demo.Style:
+        return demo.random_style(rng) if p_styles and rng.random() < p_styles else demo.Style()
+
+    docs = [
+        encode_conversation(demo.sample_conversation(rng, p_system=p_system, p_simple=p, style=style()))
+        for _ in range(batch)
+    ]
     docs.sort(key=lambda d: len(d[0]))
     out = []
     per = math.ceil(batch / micro)
@@ -320,7 +337,7 @@ def export_gguf(model: TinyLlama, path: pathlib.Path) -> None:
         return t.detach().cpu().numpy().astype(np.float32)
 
     tensors = {"token_embd.weight": weights(model.tok_embd.weight)}
-    for i, blk in enumerate(model.layers):
+    for i, blk in enumerate(model.blocks()):
         p = f"blk.{i}."
         tensors[p + "attn_norm.weight"] = weights(blk.attn_norm.weight)
         tensors[p + "attn_q.weight"] = weights(blk.wq.weight)
@@ -343,6 +360,34 @@ def export_gguf(model: TinyLlama, path: pathlib.Path) -> None:
         description="Tiny arithmetic demo model for wasinn-host (scripts/training/train_demo_model.py)",
         chat_template=demo.CHAT_TEMPLATE,
     )
+
+
+def load_gguf(model: TinyLlama, path: pathlib.Path) -> None:
+    """Load weights written by :func:`export_gguf` (the inverse mapping) into ``model``."""
+    from gguf import GGUFReader
+
+    tensors = {t.name: torch.from_numpy(np.array(t.data, dtype=np.float32)) for t in GGUFReader(path).tensors}
+    targets = {
+        "token_embd.weight": model.tok_embd.weight,
+        "output_norm.weight": model.output_norm.weight,
+        "output.weight": model.output.weight,
+    }
+    for i, blk in enumerate(model.blocks()):
+        p = f"blk.{i}."
+        targets |= {
+            p + "attn_norm.weight": blk.attn_norm.weight,
+            p + "attn_q.weight": blk.wq.weight,
+            p + "attn_k.weight": blk.wk.weight,
+            p + "attn_v.weight": blk.wv.weight,
+            p + "attn_output.weight": blk.wo.weight,
+            p + "ffn_norm.weight": blk.ffn_norm.weight,
+            p + "ffn_gate.weight": blk.w_gate.weight,
+            p + "ffn_up.weight": blk.w_up.weight,
+            p + "ffn_down.weight": blk.w_down.weight,
+        }
+    with torch.no_grad():
+        for name, param in targets.items():
+            param.copy_(tensors[name].reshape(param.shape))
 
 
 def f16_rounded(model: TinyLlama) -> TinyLlama:
@@ -406,6 +451,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--final-n", type=int, default=1000, help="held-out problems for the final eval")
     ap.add_argument("--ckpt-minutes", type=float, default=3.0)
     ap.add_argument("--bench", type=int, default=0, help="only time this many steps and exit")
+    ap.add_argument("--init-from", type=pathlib.Path, help="start from this GGUF's weights (fine-tuning)")
+    ap.add_argument(
+        "--p-styles", type=float, default=0.0, help="share of conversations spelled in a random client style"
+    )
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -422,6 +471,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(f"config {cfg} params {n_params / 1e6:.3f} M; args {vars(args)}", flush=True)
 
+    if args.init_from:
+        load_gguf(model, args.init_from)
+        print(f"initialised from {args.init_from}", flush=True)
     ckpt = args.ckpt_dir / "last.pt"
     step, best_acc, trained_s = 0, -1.0, 0.0
     best_state: dict | None = None
@@ -451,7 +503,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             },
         )
 
-    eval_problems = demo.make_problems(args.eval_n, seed=args.seed + 1)
+    per_variant = max(1, args.eval_n // len(demo.VARIANTS)) if args.p_styles else args.eval_n
+    eval_sets = {
+        name: demo.make_problems(per_variant, seed=args.seed + 1, style=style)
+        for name, style in (demo.VARIANTS.items() if args.p_styles else [("standard", demo.Style())])
+    }
+
+    def held_out_accuracy() -> float:
+        """The lowest accuracy over the evaluated spellings (each printed)."""
+        scores = {name: accuracy(greedy_answers(model, [p for p, _ in ps]), ps) for name, ps in eval_sets.items()}
+        if len(scores) > 1:
+            print("  " + ", ".join(f"{name} {acc:.3f}" for name, acc in scores.items()), flush=True)
+        return min(scores.values())
+
     start = time.time() - trained_s
     last_ckpt = time.time()
     loss_acc, tok_acc, t_log = 0.0, 0, time.time()
@@ -467,7 +531,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for g in opt.param_groups:
             g["lr"] = lr_at(sched_step, args.steps, args.lr, args.warmup)
         batches = make_step_batches(
-            step, args.seed, args.batch, args.micro, args.simple_steps, args.p_simple, args.p_system
+            step, args.seed, args.batch, args.micro, args.simple_steps, args.p_simple, args.p_system, args.p_styles
         )
         n_tgt = sum(int(m.sum()) for _, _, m in batches)
         opt.zero_grad(set_to_none=True)
@@ -494,8 +558,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             loss_acc, tok_acc, t_log = 0.0, 0, now
         if step % args.eval_every == 0 or step == args.steps:
-            acc = accuracy(greedy_answers(model, [p for p, _ in eval_problems]), eval_problems)
-            print(f"eval step {step}: held-out accuracy {acc:.4f} (n={len(eval_problems)})", flush=True)
+            acc = held_out_accuracy()
+            print(f"eval step {step}: held-out accuracy {acc:.4f} (n={per_variant} per spelling)", flush=True)
             if acc >= best_acc:  # on a tie prefer the later, more annealed weights
                 best_acc = acc
                 best_state = {k: v.clone() for k, v in model.state_dict().items()}
@@ -512,7 +576,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # Final: evaluate the last weights on the periodic set, keep whichever is best, then check the
     # exported GGUF through llama.cpp against the F16-rounded PyTorch model on fresh problems.
-    acc = accuracy(greedy_answers(model, [p for p, _ in eval_problems]), eval_problems)
+    acc = held_out_accuracy()
     print(f"final step {step}: held-out accuracy {acc:.4f}", flush=True)
     if acc >= best_acc or best_state is None:
         best_acc, best_state = acc, {k: v.clone() for k, v in model.state_dict().items()}

@@ -246,50 +246,96 @@ class Conversation:
         return "".join(self.segments[:-1])
 
 
+@dataclass(frozen=True)
+class Style:
+    """How a client spells ChatML; ``None`` fields are drawn at random per conversation."""
+
+    newline_after_assistant: bool = True
+    """``<|im_start|>assistant\n`` (the usual template) or ``<|im_start|>assistant`` (LlamaEdge's)."""
+    question_suffix: str = ""
+    """What follows the question before ``<|im_end|>``: nothing, a space or a newline."""
+    system: bool | None = None
+    """A system message, none, or either (``p_system``)."""
+    repeat_end: bool | None = None
+    """Earlier answers written back with a repeated ``<|im_end|>`` (as clients that keep the generated
+    end token do), without, or either (30 %); True implies at least one earlier turn."""
+
+
+VARIANTS: dict[str, Style] = {
+    "standard": Style(),
+    "no-newline-after-assistant": Style(newline_after_assistant=False),
+    "system-message": Style(system=True),
+    "no-system-message": Style(system=False),
+    "repeated-end-in-history": Style(repeat_end=True),
+    "single-end-in-history": Style(repeat_end=False),
+    "space-after-question": Style(question_suffix=" "),
+    "newline-after-question": Style(question_suffix="\n"),
+}
+"""The spellings real chat clients use, one held-out evaluation each."""
+
+
+def random_style(rng: random.Random, p_no_newline: float = 0.4, p_suffix: float = 0.3) -> Style:
+    """A style for training: LlamaEdge's missing newline and a space or newline after the question
+    mixed in with the usual spelling."""
+    newline = rng.random() >= p_no_newline
+    suffix = rng.choice((" ", "\n")) if rng.random() < p_suffix else ""
+    return Style(newline_after_assistant=newline, question_suffix=suffix)
+
+
 def sample_conversation(
     rng: random.Random,
     held_out: bool = False,
     p_system: float = 0.5,
     max_history: int = 3,
     p_simple: float = 0.0,
+    style: Style = Style(),
 ) -> Conversation:
     """One ChatML conversation ending in an assistant answer to an arithmetic question.
 
     ``held_out`` draws the final question from the evaluation slice (training uses ``False``). With
     probability ``p_simple`` the conversation has no system message and no history. Earlier turns
     always hold training-slice problems with correct answers, written back like clients do (the
-    end token sometimes repeated because the generated text included it).
+    end token sometimes repeated because the generated text included it). ``style`` spells it.
     """
     segments: list[str] = []
     targets: list[bool] = []
+    assistant = f"{IM_START}assistant" + ("\n" if style.newline_after_assistant else "")
 
     def add(text: str, target: bool = False) -> None:
         segments.append(text)
         targets.append(target)
 
+    def question(a: int, op: str, b: int) -> str:
+        return f"{IM_START}user\n{format_question(rng, a, op, b)}{style.question_suffix}{IM_END}\n{assistant}"
+
     simple = rng.random() < p_simple
-    if not simple and rng.random() < p_system:
+    system = rng.random() < p_system if style.system is None else style.system
+    if not simple and system:
         add(f"{IM_START}system\n{random_system_text(rng)}{IM_END}\n")
     n_history = 0 if simple else rng.randint(0, max_history)
+    if style.repeat_end:
+        n_history = max(n_history, 1)
     for _ in range(n_history):
         a, op, b = random_problem(rng, held_out=False)
-        add(f"{IM_START}user\n{format_question(rng, a, op, b)}{IM_END}\n{IM_START}assistant\n")
+        add(question(a, op, b))
         add(answer_of(a, op, b) + IM_END, target=True)
-        add((IM_END if rng.random() < 0.3 else "") + "\n")
+        repeat = rng.random() < 0.3 if style.repeat_end is None else style.repeat_end
+        add((IM_END if repeat else "") + "\n")
     a, op, b = random_problem(rng, held_out=held_out)
     answer = answer_of(a, op, b)
-    add(f"{IM_START}user\n{format_question(rng, a, op, b)}{IM_END}\n{IM_START}assistant\n")
+    add(question(a, op, b))
     add(answer + IM_END, target=True)
     return Conversation(segments, targets, answer)
 
 
-def make_problems(n: int, seed: int) -> list[tuple[str, str]]:
-    """``n`` held-out (ChatML prompt, expected answer) pairs; the prompt has no BOS and ends in
-    ``<|im_start|>assistant\\n``; the answer is the bare number, e.g. ``"-18"``."""
+def make_problems(n: int, seed: int, style: Style = Style()) -> list[tuple[str, str]]:
+    """``n`` held-out (ChatML prompt, expected answer) pairs spelled in ``style``; the prompt has no
+    BOS and ends in ``<|im_start|>assistant`` (with ``\n`` in the usual style); the answer is the bare
+    number, e.g. ``"-18"``."""
     rng = random.Random(seed)
     out = []
     for _ in range(n):
-        conv = sample_conversation(rng, held_out=True)
+        conv = sample_conversation(rng, held_out=True, style=style)
         out.append((conv.prompt, conv.answer))
     return out
 
