@@ -47,7 +47,7 @@ def test_preloads(model_dir: pathlib.Path) -> list[str]:
     ]
 
 
-test_preloads.__test__ = False  # type: ignore[attr-defined]
+test_preloads.__test__ = False  # type: ignore[attr-defined]  # pytest's marker; mypy allows no function attributes
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pathlib
 import struct
 import tempfile
 
@@ -280,7 +281,9 @@ def _load_bytes(
     return rc, guest.u32(guest.OUT32)
 
 
-def test_load_from_guest_bytes(guest: AbiGuest, successor_path, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_load_from_guest_bytes(
+    guest: AbiGuest, successor_path: pathlib.Path, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model = successor_path.read_bytes()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the host writes its temporary copy
     rc, graph = _load_bytes(guest, model, config=b'{"n-predict": 4}')

@@ -9,15 +9,19 @@ import socket
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import pytest
 import wasmtime
 
 from wasinn_host import Errno, Limits, ModelRegistry, WasiNN
+from wasinn_host.core.engine import ModelWorker
 from wasinn_host.core.params import ModelParams
 from wasinn_host.testing.abi_guest import AbiGuest, streaming_guest_wat
 from wasinn_host.testing.gguf_models import successor_text
+
+T = TypeVar("T")
 
 PROMPTS = ["a", "hello", "m", "Q", "xy", "tuv", "C", "k"]
 
@@ -26,8 +30,8 @@ def expected(prompt: str) -> str:
     return successor_text(prompt) + "</s>"
 
 
-def run_threads(count: int, target, *args) -> list:  # type: ignore[no-untyped-def]
-    results: list = [None] * count
+def run_threads(count: int, target: Callable[..., T], *args: object) -> list[T]:
+    results: dict[int, T] = {}
     errors: list[BaseException] = []
 
     def body(i: int) -> None:
@@ -44,10 +48,10 @@ def run_threads(count: int, target, *args) -> list:  # type: ignore[no-untyped-d
         assert not t.is_alive(), "deadlock: a guest thread did not finish"
     if errors:
         raise errors[0]
-    return results
+    return [results[i] for i in range(count)]
 
 
-def wait_for(condition, what: str, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+def wait_for(condition: Callable[[], object], what: str, timeout: float = 60.0) -> None:
     """Poll until ``condition()`` is true (instead of sleeping a guessed time)."""
     deadline = time.monotonic() + timeout
     while not condition():
@@ -55,7 +59,7 @@ def wait_for(condition, what: str, timeout: float = 60.0) -> None:  # type: igno
         time.sleep(0.005)
 
 
-def serial_worker(registry: ModelRegistry):  # type: ignore[no-untyped-def]
+def serial_worker(registry: ModelRegistry) -> ModelWorker:
     """The worker of the one-sequence model the queue tests use (loaded on first use)."""
     return next(m.worker for m in registry.loaded() if m.params.n_parallel == 1)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import pathlib
 import re
 import subprocess
@@ -27,7 +28,8 @@ def test_every_config_key_is_documented() -> None:
 
 
 def test_every_run_option_is_documented() -> None:
-    run = next(a for a in build_parser()._subparsers._group_actions[0].choices.items() if a[0] == "run")[1]  # type: ignore[union-attr]
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    run = commands.choices["run"]
     options = {s for action in run._actions for s in action.option_strings if s.startswith("--") and s != "--help"}
     missing = {o for o in options if o not in README}
     assert not missing, sorted(missing)

@@ -185,7 +185,8 @@ def host_run(
         raise SystemExit(f"guest failed: {errors or ''} {details}")
     worker = worker or nn.registry.loaded()[0].worker
     texts = [(workdir / f"out{i}.txt").read_bytes().removesuffix(b"\n") for i in range(n)]
-    n_tokens = int(config["n-predict"])  # type: ignore[call-overload]
+    n_tokens = config["n-predict"]
+    assert isinstance(n_tokens, int)
     return HostRun(n * n_tokens / elapsed, texts, worker.decode_calls - calls0, worker.decoded_tokens - tokens0)
 
 

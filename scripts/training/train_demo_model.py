@@ -227,15 +227,16 @@ def make_step_batches(
     p_simple: float,
     p_system: float,
     p_styles: float = 0.0,
+    p_suffix: float = 0.3,
 ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """Micro-batches (inputs, targets, loss mask) for one optimiser step, length-bucketed; with
     ``p_styles`` > 0 that share of conversations is spelled in a random client style
-    (:func:`demo.random_style`)."""
+    (:func:`demo.random_style`), ``p_suffix`` of those with a space or newline after the question."""
     rng = random.Random(seed * 1_000_003 + step)
     p = 1.0 if step < simple_steps else p_simple
 
     def style() -> demo.Style:
-        return demo.random_style(rng) if p_styles and rng.random() < p_styles else demo.Style()
+        return demo.random_style(rng, p_suffix=p_suffix) if p_styles and rng.random() < p_styles else demo.Style()
 
     docs = [
         encode_conversation(demo.sample_conversation(rng, p_system=p_system, p_simple=p, style=style()))
@@ -453,7 +454,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--bench", type=int, default=0, help="only time this many steps and exit")
     ap.add_argument("--init-from", type=pathlib.Path, help="start from this GGUF's weights (fine-tuning)")
     ap.add_argument(
+        "--stop-after", type=int, default=0, help="stop after this many steps, keeping the --steps LR schedule"
+    )
+    ap.add_argument(
         "--p-styles", type=float, default=0.0, help="share of conversations spelled in a random client style"
+    )
+    ap.add_argument(
+        "--p-suffix",
+        type=float,
+        default=0.3,
+        help="share of client-style conversations with a space or newline after the question",
     )
     args = ap.parse_args(argv)
 
@@ -520,7 +530,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     last_ckpt = time.time()
     loss_acc, tok_acc, t_log = 0.0, 0, time.time()
     model.train()
-    while step < args.steps:
+    while step < (min(args.steps, args.stop_after) if args.stop_after else args.steps):
         if time.time() - start > args.minutes * 60:
             print(f"time limit reached at step {step}", flush=True)
             break
@@ -531,7 +541,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         for g in opt.param_groups:
             g["lr"] = lr_at(sched_step, args.steps, args.lr, args.warmup)
         batches = make_step_batches(
-            step, args.seed, args.batch, args.micro, args.simple_steps, args.p_simple, args.p_system, args.p_styles
+            step,
+            args.seed,
+            args.batch,
+            args.micro,
+            args.simple_steps,
+            args.p_simple,
+            args.p_system,
+            args.p_styles,
+            args.p_suffix,
         )
         n_tgt = sum(int(m.sum()) for _, _, m in batches)
         opt.zero_grad(set_to_none=True)

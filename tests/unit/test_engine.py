@@ -7,6 +7,7 @@ import functools
 import pathlib
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -50,9 +51,10 @@ def worker(fake_model: pathlib.Path) -> Iterator[ModelWorker]:
     w.close()
 
 
-def request(prompt: str, limit: int = 100, **kwargs: object) -> GenerationRequest:
-    stopping = kwargs.pop("stopping", StopParams())
-    return GenerationRequest(tuple(successor_tokenize(prompt)), limit, GREEDY, stopping, **kwargs)  # type: ignore[arg-type]
+def request(prompt: str, limit: int = 100, stopping: StopParams | None = None, **kwargs: Any) -> GenerationRequest:
+    """A greedy request for ``prompt``; ``kwargs`` set the other :class:`GenerationRequest` fields."""
+    made = GenerationRequest(tuple(successor_tokenize(prompt)), limit, GREEDY, stopping or StopParams())
+    return dataclasses.replace(made, **kwargs)
 
 
 def text(result: GenerationResult) -> str:
@@ -161,7 +163,7 @@ def test_embedding_mode_frees_the_cells(fake_model: pathlib.Path) -> None:
 
 def test_request_records_are_immutable() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
-        request("a").limit = 3  # type: ignore[misc]
+        request("a").limit = 3  # type: ignore[misc]  # mypy rejects writing a frozen field: the test checks it fails
 
 
 def test_fake_model_tokenizes_like_the_real_vocabulary(fake_model: pathlib.Path) -> None:
