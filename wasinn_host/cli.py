@@ -15,15 +15,25 @@ import sys
 from typing import Sequence
 
 from . import __version__
+from .cli_options import (
+    EXIT_USAGE,
+    add_limit_options,
+    add_log_options,
+    add_model_options,
+    fail,
+    limits_from,
+    warn_missing_models,
+)
 from .core.errors import WasiNNError
-from .core.limits import Limits
 from .core.preload import Preload, PreloadError, parse_preload
 from .host import GuestError, RunOptions, WasiNN
 from .models import DEMO_MODEL_PATH
 from .observability.log_setup import configure_logging
+from .rpc.endpoint import ClientOptions
+from .rpc.targets import TargetError
 from .runner import InstanceResult, run_instances
+from .serve_cli import add_serve_parser, serve_command
 
-EXIT_USAGE = 2
 EXIT_TRAP = 134  # as wasmtime's CLI: 128 + SIGABRT
 
 RUN_EPILOG = """\
@@ -81,14 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=RUN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument(
-        "--nn-preload",
-        action="append",
-        default=[],
-        metavar="NAME:ENCODING:TARGET:PATH",
-        help="make a GGUF model available to load_by_name(NAME); ENCODING is GGML, TARGET "
-        "cpu|gpu|tpu|auto (GPU offload is the n-gpu-layers config key); repeatable",
-    )
+    add_model_options(run)
     run.add_argument(
         "--dir",
         action="append",
@@ -103,30 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="set an environment variable in the guest; repeatable",
     )
-    run.add_argument(
-        "--log-level",
-        default="WARNING",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="host log level (default: WARNING); DEBUG also shows llama.cpp's own log",
-    )
-    run.add_argument("--log-file", metavar="PATH", help="write the host log to PATH instead of stderr")
-    run.add_argument(
-        "--log-format",
-        default="text",
-        choices=["text", "json"],
-        help="text lines, or JSON lines with timestamp, level, event, graph, context and message",
-    )
+    add_log_options(run)
     run.add_argument(
         "--nn-legacy-output",
         action="store_true",
         help="copy the whole output into a zero-length get_output buffer, as WasmEdge <= 0.16.3 "
         "did (LlamaEdge's apps need it); never past the end of guest memory",
-    )
-    run.add_argument(
-        "--nn-allow",
-        action="append",
-        metavar="NAME",
-        help="only these preloaded names may be loaded by the guest (repeatable; default: all)",
     )
     run.add_argument(
         "--instances",
@@ -154,39 +139,38 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PORT",
         help="serve Prometheus metrics on 127.0.0.1:PORT while running (needs prometheus-client)",
     )
-    limits = run.add_argument_group("limits (defaults protect the host without getting in the way)")
-    for field, help_text in _LIMIT_HELP.items():
-        default = getattr(Limits(), field)
-        limits.add_argument(
-            "--" + field.replace("_", "-"),
-            type=int,
-            default=default,
-            metavar="N",
-            help=f"{help_text} (default: {default})",
-        )
+    limits = add_limit_options(run)
     limits.add_argument(
         "--no-load-bytes",
         action="store_true",
         help="refuse load() of model bytes sent by the guest (it gets UnsupportedOperation); load_by_name still works",
     )
+    rpc = run.add_argument_group("models on a WASI-NN RPC server (wasinn serve, or WasmEdge's wasi_nn_rpcserver)")
+    rpc.add_argument(
+        "--nn-rpc-uri",
+        action="append",
+        metavar="URI",
+        help="serve the guest's wasi_ephemeral_nn calls from this server: unix:PATH, unix:///abs/path, "
+        "HOST:PORT, ipv4:A:P,B:P or dns:///NAME:PORT (every address a backend); repeatable: new contexts go "
+        "to the least-loaded backend and stay there; --nn-preload is then ignored",
+    )
+    rpc.add_argument(
+        "--nn-rpc-token",
+        metavar="TOKEN",
+        default=os.environ.get("WASINN_RPC_TOKEN"),
+        help="token the server requires (default: $WASINN_RPC_TOKEN)",
+    )
+    rpc.add_argument("--tls-ca", metavar="PEM", help="verify the server's TLS certificate with these root certificates")
+    rpc.add_argument(
+        "--rpc-compute-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="deadline of each remote compute call (default: none); the server cancels the computation",
+    )
     run.add_argument("module", metavar="MODULE.wasm", help="the guest module")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments passed to the guest")
+    add_serve_parser(commands)
     return parser
-
-
-_LIMIT_HELP = {
-    "max_contexts_per_store": "execution contexts one guest may hold",
-    "max_contexts_total": "execution contexts in the whole process",
-    "max_graphs_per_store": "graphs one guest may hold",
-    "max_queue": "requests waiting per model before new ones get Busy",
-    "queue_timeout_ms": "ms a request may wait for a free sequence before Busy (0 = no limit)",
-    "idle_timeout_ms": "ms after which an unused execution context is finalised (0 = never)",
-    "max_prompt_bytes": "bytes of one set_input",
-    "max_output_bytes": "bytes of one output",
-    "max_n_predict": "largest n-predict accepted",
-    "max_load_bytes": "bytes of a model sent with load()",
-    "max_kv_bytes": "bytes of KV cache of all loaded models together (0 = half the machine's memory)",
-}
 
 
 def _positive(text: str) -> int:
@@ -196,46 +180,40 @@ def _positive(text: str) -> int:
     return value
 
 
-def _limits(ns: argparse.Namespace) -> Limits:
-    values = {field: getattr(ns, field) for field in _LIMIT_HELP}
-    return Limits(allow_load_bytes=not ns.no_load_bytes, **values)
-
-
-def _fail(message: str) -> int:
-    print(f"wasinn: error: {message}", file=sys.stderr)
-    return EXIT_USAGE
-
-
 def run_command(ns: argparse.Namespace) -> int:
     """``wasinn run``: returns the guest's exit code."""
     try:
         configure_logging(ns.log_level, ns.log_file, ns.log_format)
     except OSError as exc:
-        return _fail(f"--log-file {ns.log_file!r}: {exc.strerror}")
+        return fail(f"--log-file {ns.log_file!r}: {exc.strerror}")
     try:
         preloads = [parse_preload(spec) for spec in ns.nn_preload]
         dirs = [parse_dir(spec) for spec in ns.dir]
         env = dict(parse_env(spec) for spec in ns.env)
     except (PreloadError, ValueError) as exc:
-        return _fail(str(exc))
-    for preload in preloads:
-        if not preload.path.is_file():  # as WasmEdge: the guest runs, and load_by_name gets ModelNotFound
-            logging.getLogger("wasinn_host").warning(
-                "--nn-preload %s: model file %s does not exist; load_by_name(%s) will fail with ModelNotFound",
-                preload.name,
-                json.dumps(str(preload.path)),
-                json.dumps(preload.name),
-            )
-    if not preloads and DEMO_MODEL_PATH.is_file():
-        preloads = [Preload("default", DEMO_MODEL_PATH)]  # the embedded demo model
-    nn = WasiNN(
-        preload=preloads,
-        limits=_limits(ns),
-        allowed_models=ns.nn_allow,
-        interruptible=True,
-        legacy_output=ns.nn_legacy_output,
-    )
-    signal.signal(signal.SIGHUP, lambda *_: _reload(nn))
+        return fail(str(exc))
+    rpc_options = None
+    try:
+        if ns.nn_rpc_uri:
+            tls_ca = _read_pem(ns.tls_ca, "--tls-ca")
+            rpc_options = ClientOptions(ns.nn_rpc_token, tls_ca, compute_timeout=ns.rpc_compute_timeout)
+        else:
+            warn_missing_models(preloads)
+            if not preloads and DEMO_MODEL_PATH.is_file():
+                preloads = [Preload("default", DEMO_MODEL_PATH)]  # the embedded demo model
+        nn = WasiNN(
+            preload=preloads,
+            limits=limits_from(ns, not ns.no_load_bytes),
+            allowed_models=ns.nn_allow,
+            interruptible=True,
+            legacy_output=ns.nn_legacy_output,
+            rpc=ns.nn_rpc_uri,
+            rpc_options=rpc_options,
+        )
+    except (TargetError, WasiNNError, OSError) as exc:
+        return fail(str(exc))
+    if nn.local is not None:
+        signal.signal(signal.SIGHUP, lambda *_: reload_models(nn))
     try:
         if ns.metrics_port:
             nn.serve_metrics(ns.metrics_port)
@@ -243,16 +221,25 @@ def run_command(ns: argparse.Namespace) -> int:
             nn, ns.module, ns.args, RunOptions(env=env, dirs=dirs, program_name=ns.module), ns.instances, ns.timeout
         )
     except (GuestError, RuntimeError, OSError) as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     finally:
         sys.stdout.flush()
     if ns.status:
         print(json.dumps(nn.status()), file=sys.stderr)
-    nn.registry.close()
+    nn.close()
     return _exit_code(results, ns.timeout)
 
 
-def _reload(nn: WasiNN) -> None:
+def _read_pem(path: str | None, option: str) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return open(path, "rb").read()
+    except OSError as exc:
+        raise OSError(f"{option} {path!r}: {exc.strerror}") from None
+
+
+def reload_models(nn: WasiNN) -> None:
     """SIGHUP: hot-swap every preloaded name to its file as it is now on disk."""
     for name in nn.registry.preloads():
         try:
@@ -285,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return run_command(ns)
+        return serve_command(ns) if ns.command == "serve" else run_command(ns)
     except KeyboardInterrupt:
         print("wasinn: interrupted", file=sys.stderr)
         return 130

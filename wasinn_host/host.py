@@ -15,6 +15,7 @@ or, with your own wasmtime objects::
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,12 +24,18 @@ from typing import Any, Iterable, Mapping, Sequence, Union
 import wasmtime
 
 from .backend.local import LocalBackend
+from .backend.protocol import Backend
+from .core.errors import ErrorKind, WasiNNError
 from .core.limits import Limits
 from .core.preload import Preload
 from .core.registry import LoadedModel, ModelRegistry
 from .ephemeral.imports import WasiNNImports
 from .observability.metrics import serve_metrics
+from .rpc.client import RemoteBackend
+from .rpc.endpoint import ClientOptions
 from .session import Session
+
+log = logging.getLogger("wasinn_host")
 
 ModuleSource = Union[str, os.PathLike, bytes, wasmtime.Module]
 
@@ -65,6 +72,9 @@ class WasiNN:
     ``backend`` replaces the local registry and engine (for example with
     :func:`~wasinn_host.backend.fake.fake_backend` in tests); ``legacy_output`` lets a
     zero-length ``get_output`` buffer receive the whole output, as WasmEdge <= 0.16.3 did.
+    ``rpc`` (one URI or several) serves the models from ``wasinn serve`` or WasmEdge's
+    ``wasi_nn_rpcserver`` instead, with ``rpc_options`` (token, TLS roots, deadlines);
+    guests and sessions behave the same.
     """
 
     def __init__(
@@ -78,16 +88,24 @@ class WasiNN:
         interruptible: bool = False,
         backend: LocalBackend | None = None,
         legacy_output: bool = False,
+        rpc: str | Sequence[str] | None = None,
+        rpc_options: ClientOptions | None = None,
     ) -> None:
         self.limits = limits or (backend.limits if backend is not None else Limits())
-        if backend is None:
-            backend = LocalBackend(registry, self.limits)
-        elif limits is not None:
-            backend.limits = limits
-        self.backend = backend
-        self.registry = backend.registry
-        for spec in preload:
-            self.registry.add_preload(spec)
+        self.local: LocalBackend | None = None
+        self.backend: Backend
+        if rpc is not None:
+            self.backend = RemoteBackend([rpc] if isinstance(rpc, str) else list(rpc), rpc_options)
+            if preload:
+                log.warning("--nn-preload is ignored with --nn-rpc-uri: the server's preloads are used")
+        else:
+            if backend is None:
+                backend = LocalBackend(registry, self.limits)
+            elif limits is not None:
+                backend.limits = limits
+            self.backend = self.local = backend
+            for spec in preload:
+                backend.registry.add_preload(spec)
         self.imports = WasiNNImports(self.backend, self.limits, allowed_models, legacy_output)
         self.interruptible = interruptible
         if engine is None:
@@ -115,10 +133,23 @@ class WasiNN:
         """An execution context on a preloaded ``name`` for use from Python (see :class:`Session`)."""
         return Session(self.backend, name, config)
 
+    @property
+    def registry(self) -> ModelRegistry:
+        """The local model registry (UnsupportedOperation when the models are served over RPC)."""
+        if self.local is None:
+            raise WasiNNError(ErrorKind.UNSUPPORTED, "models are served over RPC: there is no local registry")
+        return self.local.registry
+
     def swap_model(self, name: str, path: str | os.PathLike[str] | None = None) -> None:
         """Hot swap: new ``load_by_name(name)`` calls get the model at ``path`` (or the file re-read);
         contexts running on the old model finish there, and it is freed after its last one."""
-        self.backend.swap_model(name, path)
+        if self.local is None:
+            raise WasiNNError(ErrorKind.UNSUPPORTED, "models served over RPC are swapped on the server (SIGHUP)")
+        self.local.swap_model(name, path)
+
+    def close(self) -> None:
+        """Free the models (local) or close the connections (RPC; the servers free this session)."""
+        self.backend.close()
 
     def status(self) -> dict[str, Any]:
         """Queue, memory, sessions, performance and model information (JSON-ready)."""
@@ -134,7 +165,7 @@ class WasiNN:
 
     def models(self) -> list[LoadedModel]:
         """The models loaded in this process."""
-        return self.registry.loaded()
+        return self.local.registry.loaded() if self.local is not None else []
 
     def load_module(self, source: ModuleSource) -> wasmtime.Module:
         """Compile a module from a path or bytes (or pass a Module through)."""

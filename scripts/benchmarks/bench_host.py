@@ -123,7 +123,8 @@ GET_OUTPUT_LOOP_WAT = """
 def get_output_cost_us(nn: WasiNN, calls: int, index: int = 0) -> float:
     """Microseconds per get_output called from a wasm loop: index 0 is 64 bytes of text, index 1 the
     metadata JSON of a context that has computed."""
-    graph = nn.backend.load_by_name("succ", EMPTY_CONFIG)
+    assert nn.local is not None
+    graph = nn.local.load_by_name("succ", EMPTY_CONFIG)
     inner = graph.open_context()
     inner.set_prompt(b"a")
     inner.generate()

@@ -1,13 +1,13 @@
 """The protocol between the front ends and whatever serves the models.
 
 A front end (the ``wasi_ephemeral_nn`` imports, the Python :class:`~wasinn_host.Session`,
-later gRPC and the component model) only ever talks to a :class:`Backend`, the
+the component model later) only ever talks to a :class:`Backend`, the
 :class:`BackendGraph` objects it loads and the :class:`BackendContext` objects they open.
 :class:`~wasinn_host.backend.local.LocalBackend` serves them from this process's registry
 and engine; :func:`~wasinn_host.backend.fake.fake_backend` does the same with a pure-Python
-model for fast tests; a remote client implements the same three protocols, so a guest cannot
-tell where its model runs.  Every method raises :class:`~wasinn_host.core.errors.WasiNNError`
-with a neutral kind on failure.
+model for fast tests; :class:`~wasinn_host.rpc.client.RemoteBackend` implements the same
+three protocols over gRPC, so a guest cannot tell where its model runs.  Every method raises
+:class:`~wasinn_host.core.errors.WasiNNError` with a neutral kind on failure.
 """
 
 from __future__ import annotations
@@ -25,12 +25,18 @@ class BackendContext(Protocol):
     last_used: float
     revision: int
     """Changes whenever the output or :meth:`metadata` may have changed."""
-    output: bytearray
-    """The text generated so far (of the last computation or the stream in progress)."""
-    last_piece: bytes
-    """The bytes of the last token generated."""
-    embedding: list[float] | None
-    """The embedding of the last computation on an embedding model."""
+
+    @property
+    def output(self) -> bytearray:
+        """The text generated so far (of the last computation or the stream in progress)."""
+
+    @property
+    def last_piece(self) -> bytes:
+        """The bytes of the last token generated."""
+
+    @property
+    def embedding(self) -> list[float] | None:
+        """The embedding of the last computation on an embedding model."""
 
     def configure(self, config: ParsedConfig) -> None:
         """Apply per-context keys (sampling, stop rules, prompt options)."""

@@ -212,6 +212,8 @@ class ParsedConfig:
     stopping: Mapping[str, Any]
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     logging: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    source: bytes = dataclasses.field(default=b"", compare=False)
+    """The JSON text these keys were parsed from (a remote backend forwards it as sent)."""
 
     def apply_model(self, params: ModelParams) -> ModelParams:
         """``params`` with this config's load-time keys applied."""
@@ -360,7 +362,7 @@ def parse_config(text: bytes | str) -> ParsedConfig:
     sampling = groups["sampling"]
     if sampling.get("json_schema"):
         sampling["grammar"] = schema_to_grammar(sampling["json_schema"])
-    return ParsedConfig(**groups)
+    return ParsedConfig(**groups, source=text)
 
 
 def schema_to_grammar(schema: str) -> str:

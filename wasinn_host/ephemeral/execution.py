@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from ..backend.protocol import BackendContext, BackendGraph
-from ..core.config import parse_config
+from ..core.config import ParsedConfig, parse_config
 from ..core.errors import ErrorKind, WasiNNError
 from ..core.generation import GenerationResult, StopReason
 from .metadata import embedding_json, metadata_json
@@ -43,9 +43,13 @@ class ExecutionContext:
     def set_input(self, index: int, data: bytes) -> None:
         """Index 1: metadata JSON (per-context keys); any other index: the prompt."""
         if index == METADATA_INDEX:
-            self.inner.configure(parse_config(data))
+            self.configure(parse_config(data))
         else:
             self.inner.set_prompt(data)
+
+    def configure(self, config: ParsedConfig) -> None:
+        """Apply per-context keys already parsed (and, from a remote client, screened)."""
+        self.inner.configure(config)
 
     def compute(self) -> None:
         """Generate the whole answer; a full context keeps the output and is reported."""

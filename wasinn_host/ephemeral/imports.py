@@ -29,16 +29,14 @@ from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.limits import Limits
 from ..core.preload import Encoding, Target
 from .errno import errno_for
-from .execution import ExecutionContext
 from .guest_memory import U32_MASK, GuestMemory
 from .native_func import GuestTrap, caller_memory, define_i32_func
 from .store_state import ContextCounter, StoreState
+from .tensor_check import check_dims_count, check_input_tensor
 
 log = logging.getLogger("wasinn_host")
 
 MODULE = "wasi_ephemeral_nn"
-U8_TYPES = (2, 3)  # U8 is 3 since WasmEdge 0.14.1_plugin_lts, 2 before
-MAX_DIMS = 8
 PRELOAD_PREFIX = b"preload:"
 _QUIET = (ErrorKind.END_OF_SEQUENCE,)
 
@@ -310,16 +308,7 @@ class WasiNNImports:
             name = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise invalid(f"model name {raw!r} is not valid UTF-8") from None
-        state.check_name(name)
-        cached = state.by_name.get(name)
-        if cached is not None and not state.graphs[cached].stale:
-            mem.write_u32(graph_out, cached, "graph_id_out")
-            return
-        state.check_graph_room()
-        graph = self.backend.load_by_name(name, config or EMPTY_CONFIG)
-        handle = state.add_graph(graph)
-        state.by_name[name] = handle
-        mem.write_u32(graph_out, handle, "graph_id_out")
+        mem.write_u32(graph_out, state.load_named(self.backend, name, config or EMPTY_CONFIG), "graph_id_out")
 
     def load_by_name(self, mem: GuestMemory, state: StoreState, name_ptr: int, name_len: int, graph_out: int) -> None:
         """``load_by_name(name, len, *graph)``: a model the host preloaded under ``name``."""
@@ -348,11 +337,9 @@ class WasiNNImports:
 
     def init_execution_context(self, mem: GuestMemory, state: StoreState, graph: int, ctx_out: int) -> None:
         """``init_execution_context(graph, *ctx)``: a new conversation on the graph."""
-        target = state.graph(graph)
+        state.graph(graph)
         mem.check(ctx_out, 4, "ctx_out")
-        state.check_context_room()
-        handle = state.add_context(ExecutionContext(target, target.open_context()))
-        mem.write_u32(ctx_out, handle, "ctx_out")
+        mem.write_u32(ctx_out, state.open_context(graph), "ctx_out")
 
     def finalize_execution_context(self, mem: GuestMemory, state: StoreState, ctx: int) -> None:
         """``finalize_execution_context(ctx)``: free the context."""
@@ -362,27 +349,8 @@ class WasiNNImports:
         """``set_input(ctx, index, *tensor)``: a U8 tensor; index 1 is metadata JSON, any other the prompt."""
         context = state.context(ctx)
         dims_ptr, dims_len, ttype, data_ptr, data_len = mem.read_u32s(tensor_ptr, 5, "tensor struct")
-        ttype &= 0xFF
-        if ttype not in U8_TYPES:
-            raise invalid(
-                f"set_input: tensor type {ttype} is not accepted; prompt and metadata are "
-                f"bytes: U8 (3, or 2 before WasmEdge 0.14.1)"
-            )
-        if dims_len > MAX_DIMS:
-            raise invalid(f"set_input: {dims_len} dimensions; at most {MAX_DIMS} are accepted ([1] or [len])")
-        dims = mem.read_u32s(dims_ptr, dims_len, "tensor dims")
-        product = 1
-        for d in dims:
-            product *= d
-        if dims and product not in (1, data_len):
-            raise invalid(f"set_input: dims {list(dims)} do not describe {data_len} bytes; use [1] or [{data_len}]")
-        if data_len > self.limits.max_prompt_bytes:
-            raise self.limits.refuse(
-                ErrorKind.TOO_LARGE,
-                f"set_input: input of {data_len} bytes",
-                "max_prompt_bytes",
-                self.limits.max_prompt_bytes,
-            )
+        check_dims_count(dims_len)
+        check_input_tensor(ttype & 0xFF, mem.read_u32s(dims_ptr, dims_len, "tensor dims"), data_len, self.limits)
         data = mem.read(data_ptr, data_len, "tensor data")
         context.set_input(index & U32_MASK, data)
 

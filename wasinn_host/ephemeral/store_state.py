@@ -10,7 +10,8 @@ import threading
 import time
 from typing import Iterable
 
-from ..backend.protocol import BackendGraph
+from ..backend.protocol import Backend, BackendGraph
+from ..core.config import ParsedConfig
 from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.limits import Limits
 from .execution import ExecutionContext
@@ -70,6 +71,24 @@ class StoreState:
                 f"model name {name!r} is not allowed for this guest; "
                 f"allowed: {', '.join(sorted(self.allowed)) or '(none)'}",
             )
+
+    def load_named(self, backend: Backend, name: str, config: ParsedConfig, reuse: bool = True) -> int:
+        """The handle of ``name`` loaded with ``config``; with ``reuse``, the cached handle of an
+        earlier load of ``name`` while it is current (WasmEdge's behaviour within one Store)."""
+        self.check_name(name)
+        cached = self.by_name.get(name) if reuse else None
+        if cached is not None and not self.graphs[cached].stale:
+            return cached
+        self.check_graph_room()
+        handle = self.add_graph(backend.load_by_name(name, config))
+        self.by_name[name] = handle
+        return handle
+
+    def open_context(self, graph_handle: int) -> int:
+        """A new execution context on the graph behind ``graph_handle``; its handle."""
+        graph = self.graph(graph_handle)
+        self.check_context_room()
+        return self.add_context(ExecutionContext(graph, graph.open_context()))
 
     def check_graph_room(self) -> None:
         """Refuse (busy) a new graph beyond ``max_graphs_per_store``."""

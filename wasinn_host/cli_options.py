@@ -1,0 +1,102 @@
+"""Command-line options and helpers shared by ``wasinn run`` and ``wasinn serve``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from .core.limits import Limits
+from .core.preload import Preload
+
+EXIT_USAGE = 2
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """``--nn-preload`` and ``--nn-allow`` (``run`` and ``serve``)."""
+    parser.add_argument(
+        "--nn-preload",
+        action="append",
+        default=[],
+        metavar="NAME:ENCODING:TARGET:PATH",
+        help="make a GGUF model available to load_by_name(NAME); ENCODING is GGML, TARGET "
+        "cpu|gpu|tpu|auto (GPU offload is the n-gpu-layers config key); repeatable",
+    )
+    parser.add_argument(
+        "--nn-allow",
+        action="append",
+        metavar="NAME",
+        help="only these preloaded names may be loaded by the guest (repeatable; default: all)",
+    )
+
+
+def add_log_options(parser: argparse.ArgumentParser) -> None:
+    """``--log-level``, ``--log-file``, ``--log-format`` (``run`` and ``serve``)."""
+    parser.add_argument(
+        "--log-level",
+        default="WARNING",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="host log level (default: WARNING); DEBUG also shows llama.cpp's own log",
+    )
+    parser.add_argument("--log-file", metavar="PATH", help="write the host log to PATH instead of stderr")
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="text lines, or JSON lines with timestamp, level, event, graph, context and message",
+    )
+
+
+def add_limit_options(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """One option per :class:`Limits` field; returns the group for command-specific additions."""
+    limits = parser.add_argument_group("limits (defaults protect the host without getting in the way)")
+    for field, help_text in _LIMIT_HELP.items():
+        default = getattr(Limits(), field)
+        limits.add_argument(
+            "--" + field.replace("_", "-"),
+            type=int,
+            default=default,
+            metavar="N",
+            help=f"{help_text} (default: {default})",
+        )
+    return limits
+
+
+_LIMIT_HELP = {
+    "max_contexts_per_store": "execution contexts one guest may hold",
+    "max_contexts_total": "execution contexts in the whole process",
+    "max_graphs_per_store": "graphs one guest may hold",
+    "max_queue": "requests waiting per model before new ones get Busy",
+    "queue_timeout_ms": "ms a request may wait for a free sequence before Busy (0 = no limit)",
+    "idle_timeout_ms": "ms after which an unused execution context is finalised (0 = never)",
+    "max_prompt_bytes": "bytes of one set_input",
+    "max_output_bytes": "bytes of one output",
+    "max_n_predict": "largest n-predict accepted",
+    "max_load_bytes": "bytes of a model sent with load()",
+    "max_kv_bytes": "bytes of KV cache of all loaded models together (0 = half the machine's memory)",
+}
+
+
+def limits_from(ns: argparse.Namespace, allow_load_bytes: bool) -> Limits:
+    """The :class:`Limits` the limit options name."""
+    values = {field: getattr(ns, field) for field in _LIMIT_HELP}
+    return Limits(allow_load_bytes=allow_load_bytes, **values)
+
+
+def fail(message: str) -> int:
+    """Print a one-line user error and return the usage exit code."""
+    print(f"wasinn: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def warn_missing_models(preloads: list[Preload]) -> None:
+    """As WasmEdge: a missing model file is one warning; the guest runs and gets ModelNotFound."""
+    for preload in preloads:
+        if not preload.path.is_file():
+            logging.getLogger("wasinn_host").warning(
+                "--nn-preload %s: model file %s does not exist; load_by_name(%s) will fail with ModelNotFound",
+                preload.name,
+                json.dumps(str(preload.path)),
+                json.dumps(preload.name),
+            )

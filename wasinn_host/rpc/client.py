@@ -1,0 +1,334 @@
+"""The remote backend: the backend protocol over WASI-NN RPC, to one server or many.
+
+:class:`RemoteBackend` stands where :class:`~wasinn_host.backend.local.LocalBackend` would,
+so the ``wasi_ephemeral_nn`` imports and a Python :class:`~wasinn_host.Session` run unchanged:
+a context's calls become WasmEdge's RPC calls (``SetInput`` index 1 for per-context config,
+index 0 for the prompt, ``Compute``/``ComputeSingle``/``FiniSingle``, ``GetOutput(Single)``),
+and the server's errno comes back as the same error kind, so the guest gets the same errno.
+
+Scale-out (spec §5.2): one channel per backend; each new context goes to the backend with the
+fewest open contexts (from this host's ``Status`` call; round robin when a server cannot say),
+its graph is loaded there if needed, and every later call of the context goes to that backend.
+Graphs with the same name and config share one server handle per backend.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+import uuid
+from typing import Any, Sequence
+
+import orjson
+
+from ..core.config import ParsedConfig
+from ..core.errors import ErrorKind, WasiNNError
+from ..core.generation import GenerationResult, StopReason
+from .endpoint import ClientOptions, Endpoint
+from .messages import U8, host, nn
+from .targets import all_backend_targets
+
+log = logging.getLogger("wasinn_host")
+
+REFRESH_SECONDS = 30.0
+"""How often DNS targets (a headless Service) are resolved again for new backends."""
+
+
+class RemoteContext:
+    """An execution context on one server; outputs fetched on demand and cached per revision."""
+
+    embedding: list[float] | None = None
+    """Always None: an embedding model's output arrives as the server's embedding JSON."""
+
+    def __init__(self, endpoint: Endpoint, handle: int, graph: "RemoteGraph") -> None:
+        self.endpoint = endpoint
+        self.handle = handle
+        self._graph = graph
+        self.busy = False
+        self.last_used = time.monotonic()
+        self.revision = 0
+        self._cache: dict[str, tuple[int, bytes]] = {}
+        self._future: Any = None
+        self.closed = False
+
+    def _set_input(self, index: int, data: bytes) -> None:
+        tensor = nn.Tensor(dimensions=[len(data)], ty=U8, data=data)
+        request = nn.SetInputRequest(resource_handle=self.handle, index=index, tensor=tensor)
+        try:
+            self.endpoint.call(self.endpoint.context.SetInput, request, "SetInput")
+        finally:
+            self.revision += 1
+
+    def _compute(self, method: str) -> None:
+        self.busy = True
+        try:
+            self.endpoint.compute(
+                getattr(self.endpoint.context, method),
+                nn.ComputeRequest(resource_handle=self.handle),
+                method,
+                self._started,
+            )
+        finally:
+            self.busy = False
+            self._future = None
+            self.last_used = time.monotonic()
+            self.revision += 1
+
+    def _started(self, future: Any) -> None:
+        self._future = future
+
+    def _output(self, method: str, index: int) -> bytes:
+        key = f"{method}:{index}"
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] == self.revision:
+            return cached[1]
+        request = nn.GetOutputRequest(resource_handle=self.handle, index=index)
+        data = bytes(self.endpoint.call(getattr(self.endpoint.context, method), request, method).data)
+        self._cache[key] = (self.revision, data)
+        return data
+
+    def configure(self, config: ParsedConfig) -> None:
+        """Send the config JSON as written (``SetInput`` index 1)."""
+        self._set_input(1, config.source)
+
+    def set_prompt(self, data: bytes) -> None:
+        """Send the prompt (``SetInput`` index 0)."""
+        self._set_input(0, data)
+
+    def generate(self) -> GenerationResult:
+        """``Compute``; a full context keeps its output, as locally."""
+        try:
+            self._compute("Compute")
+        except WasiNNError as err:
+            if err.kind is ErrorKind.CONTEXT_FULL:
+                return GenerationResult(stop_reason=StopReason.CONTEXT_FULL)
+            raise
+        return GenerationResult()
+
+    def stream_step(self) -> GenerationResult:
+        """``ComputeSingle``: one token, or the end of the sequence or of the context."""
+        try:
+            self._compute("ComputeSingle")
+        except WasiNNError as err:
+            if err.kind is ErrorKind.END_OF_SEQUENCE:
+                return GenerationResult(stop_reason=StopReason.EOS)
+            if err.kind is ErrorKind.CONTEXT_FULL:
+                return GenerationResult(stop_reason=StopReason.CONTEXT_FULL)
+            raise
+        return GenerationResult(stop_reason=StopReason.TOKEN)
+
+    def end_stream(self) -> None:
+        """``FiniSingle``."""
+        self._compute("FiniSingle")
+
+    @property
+    def output(self) -> bytearray:
+        """The whole output (``GetOutput`` index 0)."""
+        return bytearray(self._output("GetOutput", 0))
+
+    @property
+    def last_piece(self) -> bytes:
+        """The last token's bytes (``GetOutputSingle`` index 0)."""
+        return self._output("GetOutputSingle", 0)
+
+    def metadata(self) -> dict[str, Any]:
+        """The server's metadata JSON (``GetOutput`` index 1), parsed."""
+        meta: dict[str, Any] = orjson.loads(self._output("GetOutput", 1))
+        return meta
+
+    def cancel(self) -> None:
+        """Cancel the computing call in flight; the server cancels the computation."""
+        future = self._future
+        if future is not None:
+            future.cancel()
+
+    def close(self) -> None:
+        """Free the context on the server (a WasmEdge server cannot: it keeps it)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.endpoint.contexts -= 1
+        if self.endpoint.down_since is not None:
+            return
+        try:
+            self.endpoint.host_call("FinalizeExecutionContext", host.FinalizeRequest(ctx_handle=self.handle))
+        except WasiNNError as err:
+            if err.kind is not ErrorKind.UNSUPPORTED:
+                log.info("finalize of remote context %d on %s: %s", self.handle, self.endpoint.target, err.message)
+
+
+class _SharedGraph:
+    """One server-side graph handle shared by the graphs of this client with the same name and config."""
+
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+        self.users = 0
+
+
+class RemoteGraph:
+    """A graph as a guest holds it: loaded on one backend, its contexts placed on any."""
+
+    def __init__(
+        self, backend: "RemoteBackend", name: str | None, config: ParsedConfig, home: Endpoint, handle: int
+    ) -> None:
+        self.backend = backend
+        self.name = name
+        self.config = config
+        self.home = home
+        self._handles: dict[str, int] = {home.target: handle}
+        self._closed = False
+
+    @property
+    def stale(self) -> bool:
+        """Never: a hot swap on the server is the server's business."""
+        return False
+
+    def handle_on(self, endpoint: Endpoint) -> int:
+        """The handle of this graph on ``endpoint``, loading it there first if needed."""
+        handle = self._handles.get(endpoint.target)
+        if handle is None:
+            assert self.name is not None
+            handle = self._handles[endpoint.target] = self.backend.acquire(endpoint, self.name, self.config)
+        return handle
+
+    def open_context(self) -> RemoteContext:
+        """A context on the least-loaded backend (the home one for a model sent as bytes)."""
+        with self.backend.placing:
+            endpoint = self.home if self.name is None else self.backend.place()
+            request = nn.InitExecutionContextRequest(resource_handle=self.handle_on(endpoint))
+            result = endpoint.call(endpoint.graph_resource.InitExecutionContext, request, "InitExecutionContext")
+            endpoint.contexts += 1
+        return RemoteContext(endpoint, int(result.ctx_handle), self)
+
+    def close(self) -> None:
+        """Let go of the server graphs (unloaded when no graph of this client uses them)."""
+        if self._closed:
+            return
+        self._closed = True
+        for target, handle in self._handles.items():
+            self.backend.release(target, self.name, self.config, handle)
+
+
+class RemoteBackend:
+    """Models served by ``wasinn serve`` (or WasmEdge's ``wasi_nn_rpcserver``) at ``uris``."""
+
+    def __init__(self, uris: Sequence[str], options: ClientOptions | None = None) -> None:
+        if not uris:
+            raise ValueError("RemoteBackend needs at least one --nn-rpc-uri")
+        self.uris = list(uris)
+        self.options = options or ClientOptions()
+        self.session = uuid.uuid4().hex
+        self.endpoints: dict[str, Endpoint] = {}
+        self.placing = threading.RLock()
+        self._shared: dict[tuple[str, str | None, bytes, int], _SharedGraph] = {}
+        self._round_robin = itertools.count()
+        self._resolved_at = 0.0
+        self._refresh(force=True)
+        if not self.endpoints:
+            raise WasiNNError(ErrorKind.RUNTIME_ERROR, f"--nn-rpc-uri {' '.join(self.uris)}: no backend address")
+
+    def _refresh(self, force: bool = False) -> None:
+        """Add backends that the URIs resolve to now (DNS names change as pods come and go)."""
+        if not force and time.monotonic() - self._resolved_at < REFRESH_SECONDS:
+            return
+        self._resolved_at = time.monotonic()
+        for target in all_backend_targets(self.uris):
+            if target not in self.endpoints:
+                endpoint = Endpoint(target, self.session, self.options)
+                endpoint.on_down = self._forget
+                self.endpoints[target] = endpoint
+                endpoint.attach()
+
+    def _forget(self, endpoint: Endpoint) -> None:
+        """A backend went down: its shared graph handles mean nothing if it comes back."""
+        for key in [key for key in self._shared if key[0] == endpoint.target]:
+            del self._shared[key]
+
+    def place(self) -> Endpoint:
+        """The backend for a new graph or context: fewest open contexts, else round robin."""
+        if any(uri.startswith("dns:") for uri in self.uris):
+            self._refresh()
+        candidates = [endpoint for endpoint in self.endpoints.values() if endpoint.usable()]
+        if not candidates:
+            targets = ", ".join(self.endpoints)
+            raise WasiNNError(ErrorKind.RUNTIME_ERROR, f"no RPC backend is reachable ({targets})")
+        loads = [endpoint.load() for endpoint in candidates]
+        if all(load is not None for load in loads):
+            order = sorted(range(len(candidates)), key=lambda i: (loads[i], candidates[i].contexts, i))
+            return candidates[order[0]]
+        return candidates[next(self._round_robin) % len(candidates)]
+
+    def acquire(self, endpoint: Endpoint, name: str, config: ParsedConfig) -> int:
+        """The server handle of ``name`` with ``config`` on ``endpoint`` (loaded once, shared)."""
+        key = (endpoint.target, name, config.source, 0)
+        with self.placing:
+            shared = self._shared.get(key)
+            if shared is None:
+                if config.source.strip():
+                    request = nn.LoadByNameWithConfigRequest(name=name, config=config.source.decode())
+                    rpc, method = endpoint.graph.LoadByNameWithConfig, "LoadByNameWithConfig"
+                else:
+                    request, rpc, method = nn.LoadByNameRequest(name=name), endpoint.graph.LoadByName, "LoadByName"
+                shared = self._shared[key] = _SharedGraph(int(endpoint.call(rpc, request, method).graph_handle))
+            shared.users += 1
+            return shared.handle
+
+    def release(self, target: str, name: str | None, config: ParsedConfig, handle: int) -> None:
+        """One user fewer of a server graph; unload it after the last."""
+        with self.placing:
+            key = (target, name, config.source, 0 if name is not None else handle)
+            shared = self._shared.get(key)
+            if shared is None or shared.handle != handle:
+                return
+            shared.users -= 1
+            if shared.users > 0:
+                return
+            del self._shared[key]
+        endpoint = self.endpoints.get(target)
+        if endpoint is None or endpoint.down_since is not None:
+            return
+        try:
+            endpoint.host_call("Unload", host.UnloadRequest(graph_handle=handle))
+        except WasiNNError as err:
+            if err.kind is not ErrorKind.UNSUPPORTED:
+                log.info("unload of remote graph %d on %s: %s", handle, target, err.message)
+
+    def load_by_name(self, name: str, config: ParsedConfig) -> RemoteGraph:
+        """``name`` loaded on the least-loaded backend (errors such as ModelNotFound come from it)."""
+        with self.placing:
+            endpoint = self.place()
+            return RemoteGraph(self, name, config, endpoint, self.acquire(endpoint, name, config))
+
+    def load_bytes(self, data: bytes, config: ParsedConfig) -> RemoteGraph:
+        """A model sent as bytes (this host's ``Load``; the server must allow it), pinned to one backend."""
+        with self.placing:
+            endpoint = self.place()
+            request = host.LoadRequest(model=data, config=config.source.decode())
+            handle = int(endpoint.host_call("Load", request).graph_handle)
+            self._shared[(endpoint.target, None, config.source, handle)] = _SharedGraph(handle)
+            self._shared[(endpoint.target, None, config.source, handle)].users = 1
+            return RemoteGraph(self, None, config, endpoint, handle)
+
+    def status(self) -> dict[str, Any]:
+        """Each backend: target, up or down, contexts this client holds there, its status JSON."""
+        backends = []
+        for endpoint in self.endpoints.values():
+            entry: dict[str, Any] = {
+                "target": endpoint.target,
+                "up": endpoint.down_since is None,
+                "contexts": endpoint.contexts,
+            }
+            if endpoint.down_since is None and endpoint.has_host is not False:
+                try:
+                    entry["status"] = orjson.loads(endpoint.host_call("Status", host.StatusRequest()).json)
+                except WasiNNError as err:
+                    entry["error"] = err.message
+            backends.append(entry)
+        return {"rpc": {"session": self.session, "backends": backends}}
+
+    def close(self) -> None:
+        """Close every channel (the servers free this session's contexts and graphs)."""
+        for endpoint in self.endpoints.values():
+            endpoint.close()

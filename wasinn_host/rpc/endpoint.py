@@ -1,0 +1,178 @@
+"""One RPC backend as the client sees it: a channel, the stubs, and whether it is up.
+
+Every call carries the client's session id (and the token, if any); a failed call becomes a
+:class:`WasiNNError` through :func:`~wasinn_host.rpc.wire_errors.error_from` (errno trailer,
+else a runtime error).  A call that finds the server unreachable marks it down with one log
+line; placement skips it until a status probe succeeds again (gRPC reconnects by itself).
+A keep-alive ``Attach`` stream tells the server to free this session when the client goes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import grpc
+
+from ..core.errors import ErrorKind, WasiNNError
+from .messages import SESSION_KEY, TOKEN_KEY, host, host_grpc, nn_grpc
+from .wire_errors import errno_of, error_from
+
+log = logging.getLogger("wasinn_host")
+
+RETRY_SECONDS = 1.0
+"""How long a backend found down is skipped before a probe is tried again."""
+MAX_MESSAGE = (1 << 31) - 1
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE),
+    ("grpc.max_send_message_length", MAX_MESSAGE),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+]
+
+
+@dataclass
+class ClientOptions:
+    """How a client reaches its servers."""
+
+    token: str | None = None
+    """Sent as ``authorization: Bearer TOKEN`` (servers started with ``--nn-rpc-token``)."""
+    tls_ca: bytes | None = None
+    """PEM roots to verify servers started with ``--tls-cert``; None: plain connections."""
+    unary_timeout: float = 60.0
+    """Deadline in seconds of calls that do not compute (load, set_input, get_output ...)."""
+    compute_timeout: float | None = None
+    """Deadline of ``compute``/``compute_single`` (None: none; the server cancels at the deadline)."""
+
+
+class Endpoint:
+    """One server: stubs bound to the session's metadata, up/down state, keep-alive stream."""
+
+    def __init__(self, target: str, session: str, options: ClientOptions) -> None:
+        self.target = target
+        self.options = options
+        if options.tls_ca is not None:
+            credentials = grpc.ssl_channel_credentials(root_certificates=options.tls_ca)
+            self.channel = grpc.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
+        else:
+            self.channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+        self.graph = nn_grpc.GraphStub(self.channel)
+        self.graph_resource = nn_grpc.GraphResourceStub(self.channel)
+        self.context = nn_grpc.GraphExecutionContextResourceStub(self.channel)
+        self.host = host_grpc.HostStub(self.channel)
+        metadata = [(SESSION_KEY, session)]
+        if options.token:
+            metadata.append((TOKEN_KEY, f"Bearer {options.token}"))
+        self.metadata = tuple(metadata)
+        self.has_host: bool | None = None
+        """Whether the server has this host's own service (None: not known yet)."""
+        self.down_since: float | None = None
+        self.contexts = 0
+        """Contexts this client has open on the server."""
+        self._attach: Any = None
+        self._lock = threading.Lock()
+        self.on_down: Callable[[Endpoint], None] | None = None
+
+    def call(self, rpc: Any, request: Any, method: str, timeout: float | None = None) -> Any:
+        """``rpc(request)`` with the session metadata; failures as :class:`WasiNNError`."""
+        try:
+            return rpc(request, metadata=self.metadata, timeout=timeout or self.options.unary_timeout)
+        except grpc.RpcError as exc:
+            raise self._failure(exc, method) from None
+
+    def compute(self, rpc: Any, request: Any, method: str, started: Callable[[Any], None]) -> Any:
+        """A computing call, cancellable: ``started`` receives the call's future."""
+        future = rpc.future(request, metadata=self.metadata, timeout=self.options.compute_timeout)
+        started(future)
+        try:
+            return future.result()
+        except grpc.FutureCancelledError:
+            raise WasiNNError(ErrorKind.RUNTIME_ERROR, f"{method} on {self.target} was cancelled") from None
+        except grpc.RpcError as exc:
+            raise self._failure(exc, method) from None
+
+    def _failure(self, exc: grpc.RpcError, method: str) -> WasiNNError:
+        err = error_from(exc, self.target, method)
+        if errno_of(exc) is None and exc.code() == grpc.StatusCode.UNAVAILABLE:
+            self.mark_down(str(exc.details()))
+        elif err.kind is ErrorKind.UNSUPPORTED and method in HOST_METHODS:
+            self.has_host = False
+        return err
+
+    def host_call(self, method: str, request: Any) -> Any:
+        """A call of this host's own service; UnsupportedOperation if the server lacks it."""
+        if self.has_host is False:
+            raise WasiNNError(ErrorKind.UNSUPPORTED, f"the server at {self.target} does not implement {method}")
+        response = self.call(getattr(self.host, method), request, method)
+        self.has_host = True
+        return response
+
+    def load(self) -> int | None:
+        """Contexts open on the server (all clients), or None if it cannot say."""
+        if self.has_host is False:
+            return None
+        try:
+            return int(self.host_call("Status", host.StatusRequest()).contexts)
+        except WasiNNError:
+            return None
+
+    def mark_down(self, why: str) -> None:
+        """Note the server unreachable (one log line per outage)."""
+        with self._lock:
+            if self.down_since is not None:
+                self.down_since = time.monotonic()
+                return
+            self.down_since = time.monotonic()
+        log.error("RPC backend %s is unreachable: %s; its contexts fail with errno 5", self.target, why)
+        if self.on_down is not None:
+            self.on_down(self)
+
+    def usable(self) -> bool:
+        """Up, or down long enough ago that a probe is worth it and succeeds."""
+        if self.down_since is None:
+            return True
+        if time.monotonic() - self.down_since < RETRY_SECONDS:
+            return False
+        before = self.down_since
+        try:
+            self.call(self.host.Status, host.StatusRequest(), "Status", timeout=2.0)
+        except WasiNNError as err:
+            if self.down_since != before:  # still unreachable (any answer at all means it is up)
+                return False
+            self.has_host = err.kind is not ErrorKind.UNSUPPORTED
+        log.warning("RPC backend %s is reachable again", self.target)
+        self.down_since = None
+        self.attach()
+        return True
+
+    def attach(self) -> None:
+        """Open the keep-alive stream (the server frees this session when it ends)."""
+        if self.has_host is False:
+            return
+        call = self.host.Attach(host.AttachRequest(), metadata=self.metadata)
+        self._attach = call
+        threading.Thread(target=self._drain_attach, args=(call,), daemon=True, name="wasinn-attach").start()
+
+    def _drain_attach(self, call: Any) -> None:
+        try:
+            for _ in call:
+                self.has_host = True
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                self.has_host = False
+
+    def close(self) -> None:
+        """End the keep-alive stream and the channel."""
+        if self._attach is not None:
+            self._attach.cancel()
+        self.channel.close()
+
+
+HOST_METHODS = ("Load", "Unload", "FinalizeExecutionContext", "Status", "Attach")

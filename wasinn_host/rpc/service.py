@@ -1,0 +1,271 @@
+"""The gRPC servicer: WasmEdge's ``Graph``, ``GraphResource`` and ``GraphExecutionContextResource``
+services and this host's ``Host`` service, over one backend and the session scopes.
+
+Each call finds its session's handle tables, runs the same checks and the same execution
+context code the core-module imports run (so the WasmEdge rules are identical), and turns a
+:class:`WasiNNError` into status ``UNKNOWN`` with an ``errno`` trailer and one log line.
+Config JSON from a client is screened (no server paths, no printing on the server).
+A computation whose call ends early (client cancelled, deadline passed, client gone) is
+cancelled in the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Iterator, TypeVar
+
+import orjson
+from google.protobuf.empty_pb2 import Empty
+
+from ..backend.local import LocalBackend
+from ..core.config import EMPTY_CONFIG
+from ..core.errors import ErrorKind, WasiNNError, invalid
+from ..ephemeral.errno import errno_for
+from ..ephemeral.execution import METADATA_INDEX, ExecutionContext
+from ..ephemeral.store_state import StoreState
+from ..ephemeral.tensor_check import check_dims_count, check_input_tensor
+from .messages import SESSION_KEY, host, nn
+from .remote_config import remote_config
+from .sessions import ANONYMOUS, SessionScopes
+from .wire_errors import abort_with
+
+log = logging.getLogger("wasinn_host")
+
+T = TypeVar("T")
+_QUIET = (ErrorKind.END_OF_SEQUENCE,)
+
+
+def session_of(context: Any) -> str:
+    """The ``wasinn-session`` metadata of a call ('' for WasmEdge clients)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == SESSION_KEY:
+            return str(value)
+    return ANONYMOUS
+
+
+class NNService:
+    """One object serving every method of the four services (their names do not collide)."""
+
+    def __init__(self, backend: LocalBackend, scopes: SessionScopes) -> None:
+        self.backend = backend
+        self.scopes = scopes
+        self.limits = scopes.limits
+        self._attached: set[threading.Event] = set()
+        self._attached_lock = threading.Lock()
+
+    # -- plumbing --------------------------------------------------------------
+
+    def _run(self, context: Any, method: str, body: Callable[[StoreState, threading.Lock, str], T]) -> T:
+        session = session_of(context)
+        state, lock = self.scopes.scope(session)
+        try:
+            return body(state, lock, session)
+        except WasiNNError as err:
+            failure = err
+        except Exception as exc:  # a host bug is a runtime error for the client, never a crash
+            log.exception("rpc %s: internal error: %s", method, exc)
+            failure = WasiNNError(ErrorKind.RUNTIME_ERROR, f"{method}: internal error: {exc}")
+        if failure.kind not in _QUIET:
+            errno = errno_for(failure.kind)
+            log.warning(
+                "rpc %s: %s (errno %d %s)",
+                method,
+                failure.message,
+                errno,
+                errno.name,
+                extra={"event": f"rpc_{method}", "errno": int(errno), "session": session},
+            )
+        abort_with(context, failure)
+
+    def _context(self, state: StoreState, handle: int) -> ExecutionContext:
+        return state.context(handle)
+
+    @staticmethod
+    def _cancel_if_gone(context: Any, ctx: ExecutionContext) -> None:
+        """Cancel ``ctx``'s computation when the call ends before it does."""
+
+        def on_end() -> None:
+            if ctx.busy:
+                ctx.cancel()
+
+        context.add_callback(on_end)
+
+    # -- wasi_ephemeral_nn.Graph -----------------------------------------------
+
+    def LoadByName(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC method names)
+        """``load_by_name``: a graph handle in the caller's scope."""
+
+        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+            with lock:
+                handle = state.load_named(self.backend, request.name, EMPTY_CONFIG, reuse=session == ANONYMOUS)
+            return nn.LoadByNameResult(graph_handle=handle)
+
+        return self._run(context, "load_by_name", body)
+
+    def LoadByNameWithConfig(self, request: Any, context: Any) -> Any:  # noqa: N802
+        """``load_by_name_with_config``: as LoadByName, with screened config JSON."""
+
+        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+            config = remote_config(request.config.encode())
+            with lock:
+                handle = state.load_named(self.backend, request.name, config, reuse=session == ANONYMOUS)
+            return nn.LoadByNameWithConfigResult(graph_handle=handle)
+
+        return self._run(context, "load_by_name_with_config", body)
+
+    # -- wasi_ephemeral_nn.GraphResource ---------------------------------------
+
+    def InitExecutionContext(self, request: Any, context: Any) -> Any:  # noqa: N802
+        """``init_execution_context`` on a graph of the caller's scope."""
+
+        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+            with lock:
+                handle = state.open_context(request.resource_handle)
+            return nn.InitExecutionContextResult(ctx_handle=handle)
+
+        return self._run(context, "init_execution_context", body)
+
+    # -- wasi_ephemeral_nn.GraphExecutionContextResource -----------------------
+
+    def SetInput(self, request: Any, context: Any) -> Any:  # noqa: N802
+        """``set_input``: index 1 screened config JSON, any other the prompt."""
+
+        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+            ctx = self._context(state, request.resource_handle)
+            tensor = request.tensor
+            check_dims_count(len(tensor.dimensions))
+            check_input_tensor(int(tensor.ty), list(tensor.dimensions), len(tensor.data), self.limits)
+            if request.index == METADATA_INDEX:
+                ctx.configure(remote_config(tensor.data))
+            else:
+                ctx.set_input(request.index, tensor.data)
+            return Empty()
+
+        return self._run(context, "set_input", body)
+
+    def _compute(self, context: Any, method: str, step: Callable[[ExecutionContext], None], handle: int) -> Any:
+        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+            ctx = self._context(state, handle)
+            self._cancel_if_gone(context, ctx)
+            step(ctx)
+            return Empty()
+
+        return self._run(context, method, body)
+
+    def Compute(self, request: Any, context: Any) -> Any:  # noqa: N802
+        """``compute``: the whole answer (context full: the output is kept and errno 101 sent)."""
+        return self._compute(context, "compute", ExecutionContext.compute, request.resource_handle)
+
+    def ComputeSingle(self, request: Any, context: Any) -> Any:  # noqa: N802
+        """``compute_single``: one token (end of sequence: errno 100)."""
+        return self._compute(context, "compute_single", ExecutionContext.compute_single, request.resource_handle)
+
+    def FiniSingle(self, request: Any, context: Any) -> Any:  # noqa: N802
+        """``fini_single``: end a stream."""
+        return self._compute(context, "fini_single", ExecutionContext.fini_single, request.resource_handle)
+
+    def GetOutput(self, request: Any, context: Any) -> Any:  # noqa: N802
+        """``get_output``: the whole output (no scratch-buffer limit), or index 1's metadata JSON."""
+
+        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+            return nn.GetOutputResult(data=self._context(state, request.resource_handle).get_output(request.index))
+
+        return self._run(context, "get_output", body)
+
+    def GetOutputSingle(self, request: Any, context: Any) -> Any:  # noqa: N802
+        """``get_output_single``: the last token's piece, or index 1's metadata JSON."""
+
+        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+            ctx = self._context(state, request.resource_handle)
+            return nn.GetOutputResult(data=ctx.get_output_single(request.index))
+
+        return self._run(context, "get_output_single", body)
+
+    # -- wasinn_host.rpc.v1.Host -----------------------------------------------
+
+    def Load(self, request: Any, context: Any) -> Any:  # noqa: N802
+        """A model from GGUF bytes, if the server allows it and within ``max_load_bytes``."""
+
+        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+            if not self.limits.allow_load_bytes:
+                raise WasiNNError(
+                    ErrorKind.UNSUPPORTED,
+                    "load: models sent as bytes are refused by this server (start it with --allow-load-bytes)",
+                )
+            if len(request.model) > self.limits.max_load_bytes:
+                raise self.limits.refuse(
+                    ErrorKind.TOO_LARGE,
+                    f"load: model of {len(request.model)} bytes",
+                    "max_load_bytes",
+                    self.limits.max_load_bytes,
+                )
+            if not request.model:
+                raise invalid("load: no model bytes")
+            config = remote_config(request.config.encode())
+            with lock:
+                state.check_graph_room()
+            graph = self.backend.load_bytes(request.model, config)
+            with lock:
+                handle = state.add_graph(graph)
+            return host.LoadResult(graph_handle=handle)
+
+        return self._run(context, "load", body)
+
+    def Unload(self, request: Any, context: Any) -> Any:  # noqa: N802
+        """``unload``: forget a graph of the caller's scope."""
+
+        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+            with lock:
+                state.unload(request.graph_handle)
+            return host.UnloadResult()
+
+        return self._run(context, "unload", body)
+
+    def FinalizeExecutionContext(self, request: Any, context: Any) -> Any:  # noqa: N802
+        """``finalize_execution_context``: free a context of the caller's scope."""
+
+        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+            with lock:
+                state.finalize(request.ctx_handle)
+            return host.FinalizeResult()
+
+        return self._run(context, "finalize_execution_context", body)
+
+    def status(self) -> dict[str, Any]:
+        """The backend's status plus the sessions section."""
+        status = self.backend.status()
+        status["rpc"] = self.scopes.status()
+        return status
+
+    def Status(self, request: Any, context: Any) -> Any:  # noqa: N802
+        """The status JSON and the number of contexts open (the client's placement load)."""
+
+        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+            return host.StatusResult(json=orjson.dumps(self.status()).decode(), contexts=self.scopes.counter.value)
+
+        return self._run(context, "status", body)
+
+    def Attach(self, request: Any, context: Any) -> Iterator[Any]:  # noqa: N802
+        """Keep the caller's session alive until this stream ends; then free its scope."""
+        session = session_of(context)
+        if session == ANONYMOUS:
+            abort_with(context, invalid("attach: the call names no wasinn-session"))
+        ended = threading.Event()
+        context.add_callback(ended.set)
+        with self._attached_lock:
+            self._attached.add(ended)
+        self.scopes.attach(session)
+        try:
+            yield host.AttachEvent(session=session)
+            ended.wait()
+        finally:
+            with self._attached_lock:
+                self._attached.discard(ended)
+            self.scopes.detach(session)
+
+    def end_attach_streams(self) -> None:
+        """Let every keep-alive stream end (server shutdown)."""
+        with self._attached_lock:
+            for event in self._attached:
+                event.set()
