@@ -51,6 +51,12 @@ test_preloads.__test__ = False  # type: ignore[attr-defined]  # pytest's marker;
 
 
 @pytest.fixture(scope="session")
+def preload_specs(model_dir: pathlib.Path) -> list[str]:
+    """The ``--nn-preload`` strings of the test models (for hosts a test builds itself)."""
+    return test_preloads(model_dir)
+
+
+@pytest.fixture(scope="session")
 def fake_registry(model_dir: pathlib.Path) -> Iterator[ModelRegistry]:
     """The same names served by the fake runtime (pure Python, no llama.cpp)."""
     reg = ModelRegistry(test_preloads(model_dir), runtime=FakeRuntime())

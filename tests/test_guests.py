@@ -6,30 +6,9 @@ import pathlib
 
 import pytest
 
-from wasinn_host import RunOptions, WasiNN
+from wasinn_host import WasiNN
 from wasinn_host.testing.gguf_models import successor_text
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-GUESTS = ROOT / "guest_examples"
-
-
-def run_guest(
-    nn: WasiNN,
-    tmp_path: pathlib.Path,
-    name: str,
-    args: list[str],
-    *,
-    env: dict[str, str] | None = None,
-    stdin: str | None = None,
-    dirs: list[tuple[str, str]] | None = None,
-) -> tuple[int, str, str]:
-    out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
-    options = RunOptions(env=env or {}, dirs=dirs or [], stdout=str(out), stderr=str(err))
-    if stdin is not None:
-        (tmp_path / "stdin.txt").write_text(stdin)
-        options.stdin = str(tmp_path / "stdin.txt")
-    code = nn.run(GUESTS / f"{name}.wasm", args, options)
-    return code, out.read_text(), err.read_text()
+from wasinn_host.testing.guest_runs import run_guest
 
 
 def test_complete_guest(nn: WasiNN, tmp_path: pathlib.Path) -> None:

@@ -134,6 +134,7 @@ def serve_command(ns: argparse.Namespace) -> int:
             tls_cert=_read(ns.tls_cert, "--tls-cert"),
             tls_key=_read(ns.tls_key, "--tls-key"),
             drain_seconds=ns.drain_seconds,
+            allow_load_bytes=ns.allow_load_bytes,
         )
         server = NNServer(ns.nn_rpc_uri, backend, ns.nn_allow, options)
     except TargetError as exc:

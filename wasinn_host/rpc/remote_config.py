@@ -18,7 +18,12 @@ PATH_KEYS = frozenset({"image", "mmproj", "tts-output-file", "tts-speaker-file",
 
 
 def _keys(text: bytes) -> set[str]:
-    doc = orjson.loads(text)
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return set()  # parse_config reports it
+    if not isinstance(doc, dict):
+        return set()
     keys = {canonical_key(key) for key in doc}
     for section in SECTIONS:
         if isinstance(doc.get(section), dict):
@@ -28,15 +33,13 @@ def _keys(text: bytes) -> set[str]:
 
 def remote_config(text: bytes) -> ParsedConfig:
     """``text`` parsed as any config is, refusing path-bearing keys and without ``stream-stdout``."""
-    parsed = parse_config(text)
-    if not parsed.source.strip():
-        return parsed
-    refused = sorted(_keys(parsed.source) & PATH_KEYS)
+    refused = sorted(_keys(text) & PATH_KEYS) if text.strip() else []
     if refused:
         raise WasiNNError(
             ErrorKind.SECURITY,
             f"config keys naming server files are refused from remote clients: {', '.join(refused)}",
         )
+    parsed = parse_config(text)
     if "stream_stdout" not in parsed.stopping:
         return parsed
     stopping = {key: value for key, value in parsed.stopping.items() if key != "stream_stdout"}

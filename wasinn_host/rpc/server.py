@@ -59,6 +59,8 @@ class ServeOptions:
     """Threads serving calls (a computing call and a keep-alive stream hold one each)."""
     drain_seconds: float = 30.0
     """How long a shutdown waits for calls in flight."""
+    allow_load_bytes: bool = False
+    """Accept models sent as bytes (``Load``), within the limits' ``max_load_bytes``."""
 
 
 class TokenCheck(grpc.ServerInterceptor):
@@ -97,7 +99,7 @@ def check_exposure(address: ListenAddress, options: ServeOptions) -> None:
 
 def _message_limits(service: NNService) -> list[tuple[str, int]]:
     limits = service.limits
-    largest_in = max(limits.max_prompt_bytes, limits.max_load_bytes if limits.allow_load_bytes else 0)
+    largest_in = max(limits.max_prompt_bytes, limits.max_load_bytes if service.allow_load_bytes else 0)
     return [
         ("grpc.max_receive_message_length", min(MAX_MESSAGE, largest_in + ENVELOPE)),
         ("grpc.max_send_message_length", min(MAX_MESSAGE, limits.max_output_bytes + ENVELOPE)),
@@ -118,7 +120,7 @@ class NNServer:
         self.address = parse_listen(uri)
         check_exposure(self.address, self.options)
         self.scopes = SessionScopes(backend.limits, allowed)
-        self.service = NNService(backend, self.scopes)
+        self.service = NNService(backend, self.scopes, self.options.allow_load_bytes)
         self.health = health.HealthServicer()
         interceptors = [TokenCheck(self.options.token)] if self.options.token else []
         self.server = grpc.server(

@@ -47,8 +47,9 @@ def session_of(context: Any) -> str:
 class NNService:
     """One object serving every method of the four services (their names do not collide)."""
 
-    def __init__(self, backend: LocalBackend, scopes: SessionScopes) -> None:
+    def __init__(self, backend: LocalBackend, scopes: SessionScopes, allow_load_bytes: bool = False) -> None:
         self.backend = backend
+        self.allow_load_bytes = allow_load_bytes and scopes.limits.allow_load_bytes
         self.scopes = scopes
         self.limits = scopes.limits
         self._attached: set[threading.Event] = set()
@@ -188,7 +189,7 @@ class NNService:
         """A model from GGUF bytes, if the server allows it and within ``max_load_bytes``."""
 
         def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
-            if not self.limits.allow_load_bytes:
+            if not self.allow_load_bytes:
                 raise WasiNNError(
                     ErrorKind.UNSUPPORTED,
                     "load: models sent as bytes are refused by this server (start it with --allow-load-bytes)",
