@@ -369,3 +369,35 @@ def test_killed_server_mid_stream(tmp_path: pathlib.Path, successor_path: pathli
         proc.kill()
         if client is not None:
             client.close()
+
+
+def make_certificate(directory: pathlib.Path) -> tuple[bytes, bytes]:
+    """A self-signed certificate for localhost (openssl), as (cert PEM, key PEM)."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost"]
+        + ["-addext", "subjectAltName=DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+    return cert.read_bytes(), key.read_bytes()
+
+
+def test_tls_on_a_public_address(registry: ModelRegistry, tmp_path: pathlib.Path) -> None:
+    """TLS lets serve listen beyond loopback; a client with the CA gets answers, one without cannot connect."""
+    cert, key = make_certificate(tmp_path)
+    srv = NNServer("0.0.0.0:0", LocalBackend(registry), options=ServeOptions(tls_cert=cert, tls_key=key))
+    srv.start()
+    target = f"localhost:{srv.port}"
+    try:
+        trusted = WasiNN(rpc=target, rpc_options=ClientOptions(tls_ca=cert))
+        with trusted.session("succ", {"n-predict": 3}) as session:
+            assert session.complete("a") == "bcd"
+        trusted.close()
+        plain = WasiNN(rpc=target, rpc_options=ClientOptions(unary_timeout=5))
+        with pytest.raises(WasiNNError) as info:
+            plain.session("succ")
+        assert info.value.kind is ErrorKind.RUNTIME_ERROR
+        plain.close()
+    finally:
+        srv.stop(0)
