@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+import yaml  # PyYAML, installed with gguf ([test] extra)
+
 from wasinn_host.cli import build_parser
 from wasinn_host.core.config import KEYS
 
@@ -46,3 +48,22 @@ def test_embedding_example_runs() -> None:
     assert result.returncode == 0, result.stderr
     assert "answer: 42<|im_end|>" in result.stdout
     assert "session answer: '642<|im_end|>'; streamed: 642" in result.stdout
+
+
+def test_kubernetes_manifest_runs_a_valid_serve_command() -> None:
+    """The example Deployment's arguments parse as ``wasinn serve``, listen where the probes and the
+    headless Service point, and carry the token a non-loopback address needs."""
+    docs = list(yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / "wasinn-serve.yaml").read_text()))
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    service = next(d for d in docs if d["kind"] == "Service")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["wasinn"]
+    ns = build_parser().parse_args(container["args"])
+    assert ns.command == "serve"
+    port = int(ns.nn_rpc_uri.rpartition(":")[2])
+    assert container["readinessProbe"]["grpc"]["port"] == port == service["spec"]["ports"][0]["port"]
+    assert service["spec"]["clusterIP"] == "None"  # headless: one DNS record per pod
+    assert any(e["name"] == "WASINN_RPC_TOKEN" for e in container["env"])
+    grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace > ns.drain_seconds
+    assert "deploy/kubernetes/wasinn-serve.yaml" in README

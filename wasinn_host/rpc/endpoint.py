@@ -18,21 +18,17 @@ from typing import Any, Callable
 import grpc
 
 from ..core.errors import ErrorKind, WasiNNError
-from .messages import SESSION_KEY, TOKEN_KEY, host, host_grpc, nn_grpc
+from .messages import KEEPALIVE, MAX_MESSAGE, SESSION_KEY, TOKEN_KEY, host, host_grpc, nn_grpc
 from .wire_errors import errno_of, error_from
 
 log = logging.getLogger("wasinn_host")
 
 RETRY_SECONDS = 1.0
 """How long a backend found down is skipped before a probe is tried again."""
-MAX_MESSAGE = (1 << 31) - 1
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE),
     ("grpc.max_send_message_length", MAX_MESSAGE),
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.max_pings_without_data", 0),
+    *KEEPALIVE,
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 2_000),
 ]

@@ -28,3 +28,12 @@ ERRNO_KEY = "errno"
 """Trailing metadata with the decimal WASI-NN errno of a failed call (WasmEdge's convention)."""
 U8 = 3
 """The tensor type a client sends for bytes: the guest's witx value, as WasmEdge's client does."""
+MAX_MESSAGE = (1 << 31) - 1
+"""gRPC's largest message; the server narrows it to its prompt, output and load limits."""
+KEEPALIVE = [
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+]
+"""Keep-alive pings both ends send, so a dead peer is noticed within about 15 s."""

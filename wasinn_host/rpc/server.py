@@ -22,7 +22,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from ..backend.local import LocalBackend
-from .messages import TOKEN_KEY, host_grpc, nn_grpc
+from .messages import KEEPALIVE, MAX_MESSAGE, TOKEN_KEY, host_grpc, nn_grpc
 from .service import NNService
 from .sessions import SessionScopes
 from .targets import ListenAddress, TargetError, parse_listen
@@ -37,14 +37,7 @@ SERVICES = (
 )
 ENVELOPE = 64 << 10
 """Room for the protobuf framing around the largest payload a message may carry."""
-MAX_MESSAGE = (1 << 31) - 1
-KEEPALIVE = [
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.max_pings_without_data", 0),
-    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
-]
+SERVER_KEEPALIVE = [*KEEPALIVE, ("grpc.http2.min_ping_interval_without_data_ms", 5_000)]
 
 
 @dataclass
@@ -126,7 +119,7 @@ class NNServer:
         self.server = grpc.server(
             ThreadPoolExecutor(self.options.max_workers, thread_name_prefix="wasinn-rpc"),
             interceptors=interceptors,
-            options=_message_limits(self.service) + KEEPALIVE,
+            options=_message_limits(self.service) + SERVER_KEEPALIVE,
         )
         for add in (
             nn_grpc.add_GraphServicer_to_server,
