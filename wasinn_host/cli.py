@@ -20,8 +20,11 @@ from .cli_options import (
     add_limit_options,
     add_log_options,
     add_model_options,
+    add_report_options,
+    add_token_option,
     fail,
     limits_from,
+    read_pem,
     warn_missing_models,
 )
 from .core.errors import WasiNNError
@@ -128,17 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="stop the guest (trap) after SECONDS of wall-clock time; its contexts are freed",
     )
-    run.add_argument(
-        "--status",
-        action="store_true",
-        help="print the backend status JSON (queue, memory, sessions, performance) on stderr at exit",
-    )
-    run.add_argument(
-        "--metrics-port",
-        type=int,
-        metavar="PORT",
-        help="serve Prometheus metrics on 127.0.0.1:PORT while running (needs prometheus-client)",
-    )
+    add_report_options(run)
     limits = add_limit_options(run)
     limits.add_argument(
         "--no-load-bytes",
@@ -154,12 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
         "HOST:PORT, ipv4:A:P,B:P or dns:///NAME:PORT (every address a backend); repeatable: new contexts go "
         "to the least-loaded backend and stay there; --nn-preload is then ignored",
     )
-    rpc.add_argument(
-        "--nn-rpc-token",
-        metavar="TOKEN",
-        default=os.environ.get("WASINN_RPC_TOKEN"),
-        help="token the server requires (default: $WASINN_RPC_TOKEN)",
-    )
+    add_token_option(rpc, "token the server requires")
     rpc.add_argument("--tls-ca", metavar="PEM", help="verify the server's TLS certificate with these root certificates")
     rpc.add_argument(
         "--rpc-compute-timeout",
@@ -195,7 +183,7 @@ def run_command(ns: argparse.Namespace) -> int:
     rpc_options = None
     try:
         if ns.nn_rpc_uri:
-            tls_ca = _read_pem(ns.tls_ca, "--tls-ca")
+            tls_ca = read_pem(ns.tls_ca, "--tls-ca")
             rpc_options = ClientOptions(ns.nn_rpc_token, tls_ca, compute_timeout=ns.rpc_compute_timeout)
         else:
             warn_missing_models(preloads)
@@ -228,15 +216,6 @@ def run_command(ns: argparse.Namespace) -> int:
         print(json.dumps(nn.status()), file=sys.stderr)
     nn.close()
     return _exit_code(results, ns.timeout)
-
-
-def _read_pem(path: str | None, option: str) -> bytes | None:
-    if path is None:
-        return None
-    try:
-        return open(path, "rb").read()
-    except OSError as exc:
-        raise OSError(f"{option} {path!r}: {exc.strerror}") from None
 
 
 def reload_models(nn: WasiNN) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 
 from .core.limits import Limits
@@ -46,6 +47,42 @@ def add_log_options(parser: argparse.ArgumentParser) -> None:
         choices=["text", "json"],
         help="text lines, or JSON lines with timestamp, level, event, graph, context and message",
     )
+
+
+def add_report_options(parser: argparse.ArgumentParser) -> None:
+    """``--status`` and ``--metrics-port`` (``run`` and ``serve``)."""
+    parser.add_argument(
+        "--status",
+        action="store_true",
+        help="print the status JSON (queue, memory, sessions, performance) on stderr at exit",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics on 127.0.0.1:PORT while running (needs prometheus-client)",
+    )
+
+
+def add_token_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, meaning: str) -> None:
+    """``--nn-rpc-token`` (default ``$WASINN_RPC_TOKEN``): ``meaning`` says what the command does with it."""
+    parser.add_argument(
+        "--nn-rpc-token",
+        metavar="TOKEN",
+        default=os.environ.get("WASINN_RPC_TOKEN"),
+        help=f"{meaning} (default: $WASINN_RPC_TOKEN)",
+    )
+
+
+def read_pem(path: str | None, option: str) -> bytes | None:
+    """The PEM file an option names (None when not given); OSError with a one-line message."""
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise OSError(f"{option} {path!r}: {exc.strerror}") from None
 
 
 def add_limit_options(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -20,8 +19,11 @@ from .cli_options import (
     add_limit_options,
     add_log_options,
     add_model_options,
+    add_report_options,
+    add_token_option,
     fail,
     limits_from,
+    read_pem,
     warn_missing_models,
 )
 from .core.preload import Preload, PreloadError, parse_preload
@@ -67,12 +69,7 @@ def add_serve_parser(commands: Any) -> None:
     )
     add_model_options(serve)
     add_log_options(serve)
-    serve.add_argument(
-        "--nn-rpc-token",
-        metavar="TOKEN",
-        default=os.environ.get("WASINN_RPC_TOKEN"),
-        help="require this token on every call but health checks (default: $WASINN_RPC_TOKEN)",
-    )
+    add_token_option(serve, "require this token on every call but health checks")
     serve.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate chain (needs --tls-key)")
     serve.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
     serve.add_argument(
@@ -82,33 +79,13 @@ def add_serve_parser(commands: Any) -> None:
         metavar="SECONDS",
         help="on SIGINT/SIGTERM, how long calls in flight may take to finish (default: 30)",
     )
-    serve.add_argument(
-        "--status",
-        action="store_true",
-        help="print the status JSON (queue, memory, sessions, performance) on stderr at exit",
-    )
-    serve.add_argument(
-        "--metrics-port",
-        type=int,
-        metavar="PORT",
-        help="serve Prometheus metrics on 127.0.0.1:PORT while running (needs prometheus-client)",
-    )
+    add_report_options(serve)
     limits = add_limit_options(serve)
     limits.add_argument(
         "--allow-load-bytes",
         action="store_true",
         help="let clients send models as bytes (this host's Load call; within --max-load-bytes); off by default",
     )
-
-
-def _read(path: str | None, option: str) -> bytes | None:
-    if path is None:
-        return None
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except OSError as exc:
-        raise TargetError(f"{option} {path!r}: {exc.strerror}") from None
 
 
 def serve_command(ns: argparse.Namespace) -> int:
@@ -131,13 +108,13 @@ def serve_command(ns: argparse.Namespace) -> int:
     try:
         options = ServeOptions(
             token=ns.nn_rpc_token,
-            tls_cert=_read(ns.tls_cert, "--tls-cert"),
-            tls_key=_read(ns.tls_key, "--tls-key"),
+            tls_cert=read_pem(ns.tls_cert, "--tls-cert"),
+            tls_key=read_pem(ns.tls_key, "--tls-key"),
             drain_seconds=ns.drain_seconds,
             allow_load_bytes=ns.allow_load_bytes,
         )
         server = NNServer(ns.nn_rpc_uri, backend, ns.nn_allow, options)
-    except TargetError as exc:
+    except (TargetError, OSError) as exc:
         backend.close()
         return fail(str(exc))
     if ns.metrics_port:
