@@ -30,6 +30,7 @@ from .cli_options import (
 from .core.errors import WasiNNError
 from .core.preload import Preload, PreloadError, parse_preload
 from .host import GuestError, RunOptions, WasiNN
+from .info_cli import add_info_parser, info_command
 from .models import DEMO_MODEL_PATH
 from .observability.log_setup import configure_logging
 from .rpc.endpoint import ClientOptions
@@ -158,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("module", metavar="MODULE.wasm", help="the guest module")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments passed to the guest")
     add_serve_parser(commands)
+    add_info_parser(commands)
     return parser
 
 
@@ -251,6 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
+        if ns.command == "info":
+            return info_command(ns)
         return serve_command(ns) if ns.command == "serve" else run_command(ns)
     except KeyboardInterrupt:
         print("wasinn: interrupted", file=sys.stderr)

@@ -28,6 +28,7 @@ import orjson
 
 from .errors import ErrorKind, WasiNNError, invalid
 from .params import DEFAULT_SEED, ContextParams, ModelParams, PromptOptions, SamplingParams, StopParams  # noqa: F401
+from .preload import Target
 
 log = logging.getLogger("wasinn_host")
 
@@ -218,6 +219,10 @@ class ParsedConfig:
     def apply_model(self, params: ModelParams) -> ModelParams:
         """``params`` with this config's load-time keys applied."""
         return dataclasses.replace(params, **self.model) if self.model else params
+
+    def with_target(self, target: Target) -> ParsedConfig:
+        """The config with the execution target a caller passed to ``load`` (a load-time parameter)."""
+        return dataclasses.replace(self, model={**self.model, "target": target})
 
     def apply_context(self, params: ContextParams) -> ContextParams:
         """``params`` with this config's sampling, stop and prompt keys applied."""

@@ -24,9 +24,13 @@ from typing import Iterator
 
 import llama_cpp
 
+from . import devices
 from .chat_template import model_chat_template
 from .errors import ErrorKind, WasiNNError
+from .gguf_layout import read_layout
+from .offload import ModelSizes, choose_gpu_layers, fit_gpu_layers
 from .params import ModelParams, SamplingParams
+from .registry import DEFAULT_SEQUENCES, MAX_DEFAULT_CTX
 from .runtime import KvLayout
 
 log = logging.getLogger("wasinn_host")
@@ -107,6 +111,34 @@ def default_threads() -> int:
         return os.cpu_count() or 1
 
 
+def gpu_layers(path: Path, params: ModelParams) -> int:
+    """The layers to offload: the target and ``n-gpu-layers`` mapped by :mod:`.offload`, fitted to the
+    GPUs' free memory when that decides; the choice is logged (the GPU-less GPU target as a warning)."""
+    choice = choose_gpu_layers(
+        params.target,
+        params.n_gpu_layers,
+        devices.can_offload(),
+        lambda: fit_gpu_layers(model_sizes(path, params), devices.gpu_free_bytes()),
+    )
+    log.log(choice.level, "model %s: %s", path.name, choice.reason)
+    return choice.n_gpu_layers
+
+
+def model_sizes(path: Path, params: ModelParams) -> ModelSizes:
+    """The device memory offloading ``path`` costs per layer, for the context ``params`` will create
+    (its first layout: ``ctx-size`` cells per sequence, ``n-parallel`` or the default sequences)."""
+    layout = read_layout(path, devices.type_size)
+    n_layer = int(layout.key("block_count", len(layout.layer_bytes)))
+    n_ctx_train = int(layout.key("context_length", MAX_DEFAULT_CTX))
+    n_cells = (params.ctx_size or min(n_ctx_train, MAX_DEFAULT_CTX)) * (params.n_parallel or DEFAULT_SEQUENCES)
+    return ModelSizes(
+        n_layer=n_layer,
+        layer_bytes=max(layout.layer_bytes.values(), default=0),
+        output_bytes=layout.output_bytes,
+        kv_bytes_per_layer=n_cells * layout.kv_bytes_per_cell_per_layer(),
+    )
+
+
 class LlamaModel:
     """Loaded weights and vocabulary; safe to share, read-only after load."""
 
@@ -114,7 +146,9 @@ class LlamaModel:
         init_backend()
         self.path = path
         mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = params.n_gpu_layers if params.n_gpu_layers >= 0 else 2**31 - 1
+        self.n_gpu_layers: int = gpu_layers(path, params)
+        """The layers offloaded, as chosen from the target or ``n-gpu-layers`` (-1 = all)."""
+        mparams.n_gpu_layers = self.n_gpu_layers if self.n_gpu_layers >= 0 else 2**31 - 1
         mparams.main_gpu = params.main_gpu
         if params.use_mmap:
             mparams.load_mode = (

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .preload import Target
+
 DEFAULT_SEED = 0xFFFF_FFFF
 
 
@@ -16,8 +18,11 @@ DEFAULT_SEED = 0xFFFF_FFFF
 class ModelParams:
     """Load-time parameters: one llama.cpp model + context is created per distinct set."""
 
-    n_gpu_layers: int = 0
+    n_gpu_layers: int | None = None
+    """Layers offloaded to the GPU (-1 = all); None: chosen from ``target`` (see ``offload.py``)."""
     main_gpu: int = 0
+    target: Target | None = None
+    """The execution target the caller asked for (``load``'s argument, or the preload's); None = AUTO."""
     use_mmap: bool = True
     use_mlock: bool = False
     ctx_size: int = 0

@@ -19,7 +19,7 @@ import os
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -205,6 +205,8 @@ class ModelRegistry:
                     f"model name {name!r} is not preloaded; known names: "
                     f"{', '.join(sorted(self._preloads)) or '(none)'}",
                 )
+            if params.target is None:  # load_by_name carries no target: the preload's applies
+                params = replace(params, target=preload.target)
             path = preload.path
             if not path.is_file():
                 raise WasiNNError(

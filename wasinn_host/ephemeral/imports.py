@@ -255,7 +255,8 @@ class WasiNNImports:
         graph_out: int,
     ) -> None:
         """``load(builders, n, encoding, target, *graph)``: a model from GGUF bytes in ``builders[0]``
-        (``builders[1]``: optional config JSON); GGML encoding and CPU/GPU/TPU target only."""
+        (``builders[1]``: optional config JSON); GGML encoding and CPU/GPU/TPU target only (the target
+        chooses the GPU layers unless the config sets ``n-gpu-layers``)."""
         encoding &= U32_MASK
         target &= U32_MASK
         if encoding != Encoding.GGML:
@@ -288,7 +289,7 @@ class WasiNNImports:
                 "use load_by_name with a name the host preloaded"
             )
         config = mem.read(entries[2], entries[3], "load builders[1]") if count >= 2 else b""
-        parsed = parse_config(config) if config else EMPTY_CONFIG
+        parsed = (parse_config(config) if config else EMPTY_CONFIG).with_target(Target(target))
         graph = self.backend.load_bytes(model_bytes, parsed)
         mem.write_u32(graph_out, state.add_graph(graph), "load graph_id_out")
 
