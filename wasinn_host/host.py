@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, Union
 
 import wasmtime
+import wasmtime.component
 
 from .backend.local import LocalBackend
 from .backend.protocol import Backend
@@ -34,6 +35,7 @@ from .observability.metrics import serve_metrics
 from .rpc.client import RemoteBackend
 from .rpc.endpoint import ClientOptions
 from .session import Session
+from .wit.imports import WitNNImports
 
 log = logging.getLogger("wasinn_host")
 
@@ -107,6 +109,7 @@ class WasiNN:
             for spec in preload:
                 backend.registry.add_preload(spec)
         self.imports = WasiNNImports(self.backend, self.limits, allowed_models, legacy_output)
+        self.wit_imports = WitNNImports(self.backend, self.limits, allowed_models, self.imports.contexts_alive)
         self.interruptible = interruptible
         if engine is None:
             config = wasmtime.Config()
@@ -118,16 +121,23 @@ class WasiNN:
         """Define the 12 ``wasi_ephemeral_nn`` imports on ``linker`` (usable with many Stores)."""
         self.imports.add_to_linker(linker)
 
+    def add_to_component_linker(self, linker: wasmtime.component.Linker) -> None:
+        """Define ``wasi:nn@0.2.0-rc-2024-10-28`` (graph, tensor, inference, errors) on a component linker."""
+        self.wit_imports.add_to_linker(linker)
+
     def attach(self, store: wasmtime.Store, allowed_models: Iterable[str] | None = None) -> None:
-        """Give ``store`` its own handle tables (freed with the Store).
+        """Give ``store`` its own handle and resource tables, for core modules and components (freed
+        with the Store).
 
         ``allowed_models`` limits which preloaded names this Store may load.
         """
         self.imports.attach(store, allowed_models)
+        self.wit_imports.attach(store, allowed_models)
 
     def detach(self, store: wasmtime.Store) -> None:
-        """Free ``store``'s graphs and execution contexts now."""
+        """Free ``store``'s graphs, execution contexts and tensors now."""
         self.imports.detach(store)
+        self.wit_imports.detach(store)
 
     def session(self, name: str, config: Mapping[str, Any] | str | bytes | None = None) -> Session:
         """An execution context on a preloaded ``name`` for use from Python (see :class:`Session`)."""
@@ -154,7 +164,7 @@ class WasiNN:
     def status(self) -> dict[str, Any]:
         """Queue, memory, sessions, performance and model information (JSON-ready)."""
         status = self.backend.status()
-        status["sessions"] = self.imports.sessions_status()
+        status["sessions"] = {**self.imports.sessions_status(), **self.wit_imports.sessions_status()}
         return status
 
     get_backend_status = status
@@ -228,6 +238,7 @@ class WasiNN:
         for state in self.imports.states():
             for context in list(state.contexts.values()):
                 context.cancel()
+        self.wit_imports.cancel_all()
 
 
 def _wasi_config(module: ModuleSource, args: Sequence[str], options: RunOptions) -> wasmtime.WasiConfig:

@@ -1,0 +1,333 @@
+"""The ``wasi:nn@0.2.0-rc-2024-10-28`` imports (graph, tensor, inference, errors) on a component Linker.
+
+Steps of every call:
+
+1. find the calling Store's resource tables (:class:`ComponentState`);
+2. turn the guest's borrowed or owned handles into host objects (releasing borrows at once);
+3. call the backend (load a graph, open a context) or the backend context (configure, prompt,
+   generate), with the tensors read as :mod:`wasinn_host.wit.llm_mapping` says;
+4. return the result, or a new ``error`` resource.
+
+This is the one place that turns a :class:`WasiNNError` into a WIT ``error`` (through
+:func:`~wasinn_host.wit.error_code.error_code_for`) and one log line, whose text is also what
+``error.data()`` returns.  The backend is the same one the ``wasi_ephemeral_nn`` imports use, so
+components and core modules share models and decode in the same batches.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+import weakref
+from typing import Any, Callable, Iterable
+
+import wasmtime
+from wasmtime import component as cm
+
+from ..backend.protocol import Backend
+from ..core.config import EMPTY_CONFIG
+from ..core.errors import ErrorKind, WasiNNError, invalid
+from ..core.limits import Limits
+from ..core.preload import Target
+from ..ephemeral.metadata import metadata_json
+from ..ephemeral.store_state import ContextCounter
+from . import fast_calls
+from .error_code import ErrorCode, error_code_for
+from .llm_mapping import answer_tensors, read_request
+from .store_state import CONTEXT, ERROR, GRAPH, TENSOR, ComponentState
+from .tensors import HostTensor
+
+log = logging.getLogger("wasinn_host")
+
+VERSION = "0.2.0-rc-2024-10-28"
+TENSOR_INTERFACE = f"wasi:nn/tensor@{VERSION}"
+ERRORS_INTERFACE = f"wasi:nn/errors@{VERSION}"
+INFERENCE_INTERFACE = f"wasi:nn/inference@{VERSION}"
+GRAPH_INTERFACE = f"wasi:nn/graph@{VERSION}"
+
+RESOURCE_TYPES = {TENSOR: 0x776E6E01, ERROR: 0x776E6E02, CONTEXT: 0x776E6E03, GRAPH: 0x776E6E04}
+"""The host resource type id of each resource (arbitrary, distinct numbers)."""
+
+ENCODINGS = ("ggml", "autodetect")
+"""``graph-encoding`` cases ``load`` accepts (GGUF bytes)."""
+
+
+Storelike = Any  # wasmtime.Store or the StoreContext a host function receives
+
+
+def store_key(store: Storelike) -> int:
+    """The address of a Store's context: the same for the Store and for its callbacks' StoreContext."""
+    return ctypes.addressof(store._context().contents)
+
+
+def _own(kind: str, rep: int) -> cm.ResourceHost:
+    return cm.ResourceHost.own(rep, RESOURCE_TYPES[kind])
+
+
+def _rep(store: Storelike, handle: cm.ResourceAny) -> int:
+    """The rep of a handle the guest passed (a borrow is released by this)."""
+    return int(handle.to_host(store).rep)
+
+
+class WitNNImports:
+    """The WIT imports, bound to a backend; one instance serves any number of Stores."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        limits: Limits | None = None,
+        allowed: Iterable[str] | None = None,
+        counter: ContextCounter | None = None,
+        fast_lists: bool = True,
+    ) -> None:
+        self.backend = backend
+        self.fast_lists = fast_lists
+        """False: define the functions with wasmtime-py's ``add_func`` (byte lists element by element;
+        for measuring what :mod:`~wasinn_host.wit.fast_calls` saves)."""
+        self.limits = limits or Limits()
+        self.allowed = frozenset(allowed) if allowed is not None else None
+        self.contexts_alive = counter or ContextCounter()
+        self._states: dict[int, ComponentState] = {}
+        self._lock = threading.Lock()
+        self._warned_unattached = False
+
+    # -- Store bookkeeping ---------------------------------------------------------
+
+    def attach(self, store: wasmtime.Store, allowed: Iterable[str] | None = None) -> ComponentState:
+        """Give ``store`` its resource tables, freed with the Store (or by :meth:`detach`)."""
+        key = store_key(store)
+        state = ComponentState(self.limits, self.contexts_alive, allowed if allowed is not None else self.allowed)
+        with self._lock:
+            old = self._states.pop(key, None)
+            self._states[key] = state
+        if old is not None:
+            old.close()
+        weakref.finalize(store, self._drop, key, state)
+        return state
+
+    def detach(self, store: wasmtime.Store) -> None:
+        """Free ``store``'s resources now."""
+        self._drop(store_key(store), None)
+
+    def _drop(self, key: int, expected: ComponentState | None) -> None:
+        with self._lock:
+            state = self._states.get(key)
+            if state is None or (expected is not None and state is not expected):
+                return
+            del self._states[key]
+        state.close()
+
+    def states(self) -> list[ComponentState]:
+        """The Stores known now."""
+        with self._lock:
+            return list(self._states.values())
+
+    def _state(self, store: Storelike) -> ComponentState:
+        key = store_key(store)
+        state = self._states.get(key)
+        if state is None:
+            with self._lock:
+                state = self._states.setdefault(key, ComponentState(self.limits, self.contexts_alive, self.allowed))
+            if not self._warned_unattached:
+                self._warned_unattached = True
+                log.warning(
+                    "a Store not attached with WasiNN.attach_component() called wasi:nn; "
+                    "its resources are kept until WasiNN.detach_component()"
+                )
+        return state
+
+    # -- registration --------------------------------------------------------------
+
+    def add_to_linker(self, linker: cm.Linker) -> None:
+        """Define the four ``wasi:nn`` interfaces on ``linker`` (usable with many Stores)."""
+
+        def add_fast_func(instance: cm.LinkerInstance, name: str, func: Callable[..., Any]) -> None:
+            if self.fast_lists:
+                fast_calls.add_fast_func(instance, name, func)
+            else:
+                instance.add_func(name, func)
+
+        with linker.root() as root:
+            with root.add_instance(TENSOR_INTERFACE) as tensor:
+                self._resource(tensor, TENSOR)
+                add_fast_func(tensor, "[constructor]tensor", self.tensor_new)
+                add_fast_func(tensor, "[method]tensor.dimensions", self.tensor_dimensions)
+                add_fast_func(tensor, "[method]tensor.ty", self.tensor_ty)
+                add_fast_func(tensor, "[method]tensor.data", self.tensor_data)
+            with root.add_instance(ERRORS_INTERFACE) as errors:
+                self._resource(errors, ERROR)
+                add_fast_func(errors, "[method]error.code", self.error_code)
+                add_fast_func(errors, "[method]error.data", self.error_data)
+            with root.add_instance(INFERENCE_INTERFACE) as inference:
+                self._resource(inference, CONTEXT)
+                add_fast_func(
+                    inference,
+                    "[method]graph-execution-context.compute",
+                    self._result("compute", self.compute, tagged=False),
+                )
+            with root.add_instance(GRAPH_INTERFACE) as graph:
+                self._resource(graph, GRAPH)
+                add_fast_func(
+                    graph,
+                    "[method]graph.init-execution-context",
+                    self._result("init-execution-context", self.init_execution_context),
+                )
+                add_fast_func(graph, "load", self._result("load", self.load))
+                add_fast_func(graph, "load-by-name", self._result("load-by-name", self.load_by_name))
+
+    def _resource(self, instance: cm.LinkerInstance, kind: str) -> None:
+        def dtor(store: Storelike, rep: int) -> None:
+            self._state(store).drop(kind, rep)
+
+        instance.add_resource(kind, cm.ResourceType.host(RESOURCE_TYPES[kind]), dtor)
+
+    def _result(self, name: str, impl: Callable[..., Any], tagged: bool = True) -> Callable[..., Any]:
+        """Wrap a ``result<T, error>`` function: a WasiNNError becomes an ``error`` resource and a log line.
+
+        wasmtime-py wants a :class:`~wasmtime.component.Variant` only where both cases are the same
+        Python type (``result<own A, own B>``); ``result<list<...>, own B>`` takes the value itself.
+        """
+
+        def host_function(store: Storelike, *args: Any) -> Any:
+            state = self._state(store)
+            reps = _reps(store, args)
+            try:
+                value = impl(state, *reps)
+                return cm.Variant("ok", value) if tagged else value
+            except WasiNNError as err:
+                code, message = error_code_for(err.kind), f"{name}: {err.message}"
+            except Exception as exc:  # a host bug must not trap the guest
+                log.exception("wasi:nn %s: internal error: %s", name, exc)
+                code, message = ErrorCode.UNKNOWN, f"{name}: internal error: {type(exc).__name__}: {exc}"
+            log.warning("wasi:nn %s (%s)", message, code.value, extra={"event": name, "error_code": code.value})
+            error = _own(ERROR, state.add_error(code, message))
+            return cm.Variant("err", error) if tagged else error
+
+        return host_function
+
+    # -- tensor --------------------------------------------------------------------
+
+    def tensor_new(self, store: Storelike, dimensions: list[int], ty: str, data: bytes) -> cm.ResourceHost:
+        """``[constructor]tensor(dimensions, ty, data)``: an immutable tensor owned by the guest."""
+        return _own(TENSOR, self._state(store).add_tensor(HostTensor(tuple(dimensions), ty, data)))
+
+    def tensor_dimensions(self, store: Storelike, handle: cm.ResourceAny) -> list[int]:
+        """``[method]tensor.dimensions()``."""
+        return list(self._state(store).tensor(_rep(store, handle)).dimensions)
+
+    def tensor_ty(self, store: Storelike, handle: cm.ResourceAny) -> str:
+        """``[method]tensor.ty()``."""
+        return self._state(store).tensor(_rep(store, handle)).ty
+
+    def tensor_data(self, store: Storelike, handle: cm.ResourceAny) -> bytes:
+        """``[method]tensor.data()``: the bytes, in one copy (see :mod:`wasinn_host.wit.fast_calls`)."""
+        return self._state(store).tensor(_rep(store, handle)).data
+
+    # -- errors --------------------------------------------------------------------
+
+    def error_code(self, store: Storelike, handle: cm.ResourceAny) -> str:
+        """``[method]error.code()``."""
+        return self._state(store).error(_rep(store, handle))[0].value
+
+    def error_data(self, store: Storelike, handle: cm.ResourceAny) -> str:
+        """``[method]error.data()``: the one-line message the host logged."""
+        return self._state(store).error(_rep(store, handle))[1]
+
+    # -- graph ---------------------------------------------------------------------
+
+    def load(self, state: ComponentState, builders: list[bytes], encoding: str, target: str) -> cm.ResourceHost:
+        """``load(builder, encoding, target)``: a model from GGUF bytes in ``builder[0]``."""
+        if encoding not in ENCODINGS:
+            raise WasiNNError(
+                ErrorKind.INVALID_ENCODING, f"encoding {encoding} is not supported; accepted: {', '.join(ENCODINGS)}"
+            )
+        if not builders:
+            raise invalid("the builder list is empty; builder[0] must hold the GGUF bytes")
+        if not self.limits.allow_load_bytes:
+            raise WasiNNError(
+                ErrorKind.UNSUPPORTED,
+                "loading models from guest bytes is disabled on this host "
+                "(Limits(allow_load_bytes=True) or drop `wasinn run --no-load-bytes`); use load-by-name",
+            )
+        size = sum(len(b) for b in builders)
+        if size > self.limits.max_load_bytes:
+            raise self.limits.refuse(
+                ErrorKind.TOO_LARGE, f"load: model of {size} bytes", "max_load_bytes", self.limits.max_load_bytes
+            )
+        config = EMPTY_CONFIG.with_target(Target[target.upper()])
+        return _own(GRAPH, state.add_graph(self.backend.load_bytes(builders[0], config)))
+
+    def load_by_name(self, state: ComponentState, name: str) -> cm.ResourceHost:
+        """``load-by-name(name)``: a model the host preloaded under ``name`` (allow-list applies)."""
+        state.check_name(name)
+        if len(state.graphs) >= self.limits.max_graphs_per_store:
+            raise self.limits.refuse(
+                ErrorKind.BUSY, "load-by-name", "max_graphs_per_store", self.limits.max_graphs_per_store
+            )
+        return _own(GRAPH, state.add_graph(self.backend.load_by_name(name, EMPTY_CONFIG)))
+
+    def init_execution_context(self, state: ComponentState, graph: int) -> cm.ResourceHost:
+        """``[method]graph.init-execution-context()``: a new conversation on the graph."""
+        return _own(CONTEXT, state.add_context(state.graph(graph)))
+
+    # -- inference -----------------------------------------------------------------
+
+    def compute(
+        self, state: ComponentState, context_rep: int, inputs: list[tuple[str, int]]
+    ) -> list[tuple[str, cm.ResourceHost]]:
+        """``[method]graph-execution-context.compute(inputs)``: generate the answer to the prompt tensor.
+
+        The input tensors are the guest's to give: they are consumed whether or not the call succeeds.
+        A full context is not an error here: the output so far comes back and the metadata's
+        ``stop_reason`` says ``context full``.
+        """
+        taken = [(name, state.tensors.pop(rep, None)) for name, rep in inputs]
+        context = state.context(context_rep)
+        tensors: list[tuple[str, HostTensor]] = []
+        for name, tensor in taken:
+            if tensor is None:
+                raise invalid(f"input tensor {name!r} does not exist in this store")
+            tensors.append((name, tensor))
+        request = read_request(tensors, self.limits)
+        if request.config is not None:
+            context.configure(request.config)
+        context.set_prompt(request.prompt)
+        context.generate()
+        answer = answer_tensors(request, bytes(context.output), context.embedding, metadata_json(context.metadata()))
+        return [(name, _own(TENSOR, state.add_tensor(tensor))) for name, tensor in answer]
+
+    # -- status --------------------------------------------------------------------
+
+    def sessions_status(self) -> dict[str, int]:
+        """Stores, execution contexts, graphs and tensors held by components now."""
+        states = self.states()
+        return {
+            "component_stores": len(states),
+            "component_execution_contexts": sum(len(s.contexts) for s in states),
+            "component_graphs": sum(len(s.graphs) for s in states),
+            "component_tensors": sum(len(s.tensors) for s in states),
+        }
+
+    def cancel_all(self) -> None:
+        """Abort every component computation in flight."""
+        for state in self.states():
+            for context in list(state.contexts.values()):
+                context.cancel()
+
+
+def _reps(store: Storelike, args: tuple[Any, ...]) -> list[Any]:
+    """``args`` with every handle (alone or in a named-tensor list) turned into its rep.
+
+    Done before anything else: a borrow left unreleased when the call returns traps the guest,
+    and an own handle is the host's from here on.
+    """
+    out: list[Any] = []
+    for arg in args:
+        if isinstance(arg, cm.ResourceAny):
+            out.append(_rep(store, arg))
+        elif isinstance(arg, list) and arg and isinstance(arg[0], tuple):
+            out.append([(name, _rep(store, item)) for name, item in arg])
+        else:
+            out.append(arg)
+    return out

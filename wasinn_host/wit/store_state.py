@@ -1,0 +1,170 @@
+"""One Store's component resources: tensors, graphs, execution contexts and errors.
+
+A resource crosses the boundary as its ``rep``, a number this table gave it; the numbers are
+per Store and never reused.  The guest dropping a resource calls :meth:`ComponentState.drop`;
+the Store going away calls :meth:`ComponentState.close`, which frees whatever the guest kept.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Iterable, TypeVar
+
+from ..backend.protocol import BackendContext, BackendGraph
+from ..core.errors import ErrorKind, WasiNNError, invalid
+from ..core.limits import Limits
+from ..ephemeral.store_state import ContextCounter
+from .error_code import ErrorCode
+from .tensors import HostTensor
+
+T = TypeVar("T")
+
+TENSOR = "tensor"
+GRAPH = "graph"
+CONTEXT = "graph-execution-context"
+ERROR = "error"
+
+
+class ComponentState:
+    """The resource tables of one Store, with the limits and model-name allow-list of its guest."""
+
+    def __init__(self, limits: Limits, counter: ContextCounter, allowed: Iterable[str] | None = None) -> None:
+        self.limits = limits
+        self.allowed = frozenset(allowed) if allowed is not None else None
+        self._counter = counter
+        self._lock = threading.Lock()
+        self._next = 1
+        self.tensors: dict[int, HostTensor] = {}
+        self.graphs: dict[int, BackendGraph] = {}
+        self.contexts: dict[int, BackendContext] = {}
+        self.errors: dict[int, tuple[ErrorCode, str]] = {}
+        self._context_graph: dict[int, BackendGraph] = {}
+        """The graph each context was opened on: a graph the guest dropped is closed after its last context."""
+        self._dropped_graphs: list[BackendGraph] = []
+        self.closed = False
+
+    def _add(self, table: dict[int, T], item: T) -> int:
+        with self._lock:
+            rep = self._next
+            self._next += 1
+            table[rep] = item
+        return rep
+
+    @staticmethod
+    def _get(table: dict[int, T], rep: int, what: str) -> T:
+        item = table.get(rep)
+        if item is None:
+            raise invalid(f"{what} {rep} does not exist in this store")
+        return item
+
+    def add_tensor(self, tensor: HostTensor) -> int:
+        """A new tensor's rep."""
+        return self._add(self.tensors, tensor)
+
+    def tensor(self, rep: int) -> HostTensor:
+        """The tensor behind ``rep``."""
+        return self._get(self.tensors, rep, "tensor")
+
+    def take_tensor(self, rep: int) -> HostTensor:
+        """The tensor behind ``rep``, removed: the guest handed its ownership over."""
+        tensor = self.tensor(rep)
+        del self.tensors[rep]
+        return tensor
+
+    def add_graph(self, graph: BackendGraph) -> int:
+        """A new graph's rep (refused beyond ``max_graphs_per_store``)."""
+        if len(self.graphs) >= self.limits.max_graphs_per_store:
+            graph.close()
+            raise self.limits.refuse(ErrorKind.BUSY, "load", "max_graphs_per_store", self.limits.max_graphs_per_store)
+        return self._add(self.graphs, graph)
+
+    def graph(self, rep: int) -> BackendGraph:
+        """The graph behind ``rep``."""
+        return self._get(self.graphs, rep, "graph")
+
+    def add_context(self, graph: BackendGraph) -> int:
+        """A new execution context on ``graph`` (refused beyond the per-Store and process limits)."""
+        if len(self.contexts) >= self.limits.max_contexts_per_store:
+            raise self.limits.refuse(
+                ErrorKind.BUSY, "init-execution-context", "max_contexts_per_store", self.limits.max_contexts_per_store
+            )
+        if self._counter.value >= self.limits.max_contexts_total:
+            raise self.limits.refuse(
+                ErrorKind.BUSY, "init-execution-context", "max_contexts_total", self.limits.max_contexts_total
+            )
+        rep = self._add(self.contexts, graph.open_context())
+        self._context_graph[rep] = graph
+        self._counter.add(1)
+        return rep
+
+    def context(self, rep: int) -> BackendContext:
+        """The execution context behind ``rep``."""
+        return self._get(self.contexts, rep, "execution context")
+
+    def add_error(self, code: ErrorCode, data: str) -> int:
+        """A new error resource's rep."""
+        return self._add(self.errors, (code, data))
+
+    def error(self, rep: int) -> tuple[ErrorCode, str]:
+        """The code and message of the error behind ``rep``."""
+        return self._get(self.errors, rep, "error")
+
+    def check_name(self, name: str) -> None:
+        """Refuse (not found) a model name this guest may not load."""
+        if self.allowed is not None and name not in self.allowed:
+            allowed = ", ".join(sorted(self.allowed)) or "(none)"
+            raise WasiNNError(
+                ErrorKind.NOT_FOUND, f"model name {name!r} is not allowed for this guest; allowed: {allowed}"
+            )
+
+    def drop(self, kind: str, rep: int) -> None:
+        """The guest dropped its handle: free what is behind it."""
+        if kind == TENSOR:
+            self.tensors.pop(rep, None)
+        elif kind == ERROR:
+            self.errors.pop(rep, None)
+        elif kind == GRAPH:
+            graph = self.graphs.pop(rep, None)
+            if graph is not None:
+                self._dropped_graphs.append(graph)
+                self._close_unused_graphs()
+        elif kind == CONTEXT:
+            context = self.contexts.pop(rep, None)
+            self._context_graph.pop(rep, None)
+            if context is not None:
+                self._counter.add(-1)
+                context.close()
+                self._close_unused_graphs()
+
+    def _close_unused_graphs(self) -> None:
+        """Close the graphs the guest dropped once no context of theirs is left (a context outlives its
+        graph handle, as resources are independent in the component model)."""
+        in_use = {id(g) for g in self._context_graph.values()}
+        keep = []
+        for graph in self._dropped_graphs:
+            if id(graph) in in_use:
+                keep.append(graph)
+            else:
+                graph.close()
+        self._dropped_graphs = keep
+
+    def live(self) -> dict[str, int]:
+        """How many resources of each kind this Store holds now."""
+        return {
+            TENSOR: len(self.tensors),
+            GRAPH: len(self.graphs),
+            CONTEXT: len(self.contexts),
+            ERROR: len(self.errors),
+        }
+
+    def close(self) -> None:
+        """Free every resource of this Store (its contexts first)."""
+        if self.closed:
+            return
+        self.closed = True
+        for rep in list(self.contexts):
+            self.drop(CONTEXT, rep)
+        for rep in list(self.graphs):
+            self.drop(GRAPH, rep)
+        self.tensors.clear()
+        self.errors.clear()
