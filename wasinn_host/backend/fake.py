@@ -184,6 +184,10 @@ class FakeContext:
         self._last = list(batch.tokens)
         return 0
 
+    def decode_image(self, span: object, pos: int, seq_id: int) -> int:
+        """The fake model has no projector: every image fails to decode."""
+        return 1
+
     def predicted_from(self, batch_index: int) -> int:
         """The token at ``batch_index`` of the last decode (its logits were asked for)."""
         token, _pos, _seq, wants = self._last[batch_index]

@@ -85,6 +85,7 @@ _KEYS: tuple[KeySpec, ...] = (
         _one_of("on", "enabled", "off", "disabled", "auto"),
         "on, enabled, off, disabled or auto",
     ),
+    KeySpec("mmproj", str, "model", "mmproj"),
     # sampling
     KeySpec("temp", float, "sampling", "temp", clamp_min=0.0),
     KeySpec("dynatemp-range", float, "sampling", "dynatemp_range", _at_least(0.0), ">= 0.0"),
@@ -139,6 +140,7 @@ _KEYS: tuple[KeySpec, ...] = (
         _at_least(-1),
         ">= -1 (-1 none, 0 max-abs, 1 taxicab, 2 L2, >2 p-norm)",
     ),
+    KeySpec("image", str, "options", "image"),
     # logging
     KeySpec("enable-log", bool, "logging", "enable_log"),
     KeySpec("enable-debug-log", bool, "logging", "enable_debug_log"),
@@ -176,8 +178,6 @@ SECTIONS = ("sampling", "stopping", "memory", "model")
 # Keys WasmEdge's GGML plugin accepts that this host does not implement: warned once.
 _NOT_IMPLEMENTED = frozenset(
     {
-        "mmproj",
-        "image",
         "always-regenerate-image-embd",
         "tensor-split",
         "split-mode",

@@ -23,6 +23,7 @@ from .embedding import normalize
 from .engine import ContextState, print_piece
 from .errors import ErrorKind, WasiNNError, invalid
 from .generation import GenerationRequest, GenerationResult, StopReason
+from .images import place_image, split_inline_images
 from .limits import Limits
 from .params import ContextParams, ModelParams
 from .registry import LoadedModel, ModelRegistry
@@ -82,6 +83,10 @@ class InferenceContext:
         self.params = graph.defaults
         self.state = ContextState()
         self.prompt_tokens: list[int] | None = None
+        self.image_prompt: Any = None
+        """The ``vision.ImagePrompt`` of a prompt with images (keeps their libmtmd chunks alive)."""
+        self.read_image: Callable[[str], bytes] | None = None
+        """Reads the ``image`` key's file; set by the front end (guests: through their preopened dirs)."""
         self.output = bytearray()
         self.output_tokens: list[int] = []
         self.last_piece = b""
@@ -126,11 +131,35 @@ class InferenceContext:
             )
 
     def set_prompt(self, data: bytes) -> None:
-        """The prompt text (or, with ``chat-template``, JSON messages); ends a stream in progress."""
+        """The prompt text (or, with ``chat-template``, JSON messages); ends a stream in progress.
+
+        On a model with a projector, inline ``<img src="data:...">`` images and the ``image`` key's
+        file (read by the front end's ``read_image``) become image tokens (see ``vision.py``).
+        """
         self.streaming = False
         if self.params.options.chat_template is not False:
             data = render_chat_prompt(self.model.weights, self.params.options.chat_template, data)
-        self.prompt_tokens = self.model.weights.tokenize(data, add_special=True, parse_special=True)
+        vision = getattr(self.model.weights, "vision", None)
+        image_key = self.params.options.image
+        if vision is None:
+            if image_key:
+                raise invalid(
+                    f"config key 'image' {image_key!r}: model {self.model.label} has no multimodal projector "
+                    f"(the host configures one with the model's name)"
+                )
+            self.image_prompt = None
+            self.prompt_tokens = self.model.weights.tokenize(data, add_special=True, parse_special=True)
+        else:
+            text, images = split_inline_images(data, vision.marker)
+            if image_key:
+                if self.read_image is None:
+                    raise invalid(f"config key 'image' {image_key!r}: this front end cannot read files")
+                text, images = place_image(text, images, self.read_image(image_key), vision.marker)
+            prompt = vision.tokenize(text, images)
+            if prompt.tokens and prompt.tokens[-1] < 0:
+                raise invalid("prompt: an image must be followed by text (the model answers after the prompt's text)")
+            self.image_prompt = prompt if prompt.spans else None
+            self.prompt_tokens = prompt.tokens
         self.revision += 1
 
     def _checked_prompt(self) -> list[int]:
@@ -221,6 +250,7 @@ class InferenceContext:
             ctx_shift=options.ctx_shift,
             n_keep=options.n_keep,
             max_output_bytes=self.limits.max_output_bytes,
+            images=tuple(self.image_prompt.spans.values()) if self.image_prompt is not None else (),
             **kwargs,
         )
 

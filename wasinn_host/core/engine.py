@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from .errors import ErrorKind, WasiNNError
 from .generation import GenerationRequest, GenerationResult, StopReason
@@ -76,6 +76,8 @@ class Job:
     t_start: float = 0.0
     t_first: float = 0.0
     done: threading.Event = field(default_factory=threading.Event)
+    images: dict[int, Any] = field(default_factory=dict)
+    """The request's images by start index (see ``GenerationRequest.images``)."""
 
     @property
     def pending(self) -> int:
@@ -131,6 +133,7 @@ class ModelWorker:
     def submit(self, request: GenerationRequest, state: ContextState) -> GenerationResult:
         """Queue a request and wait until the worker finishes it."""
         job = Job(request, state, tokens=list(request.tokens), t_start=time.perf_counter())
+        job.images = {span.start: span for span in request.images}
         if state.closed or state.cancelled:
             self._finish(job, StopReason.CANCELLED if state.cancelled else StopReason.FINALISED)
             return job.result
@@ -326,7 +329,11 @@ class ModelWorker:
         """Cells of ``slot`` the job can keep: the prefix shared with its tokens, less the last token."""
         request = job.request
         keep = common_prefix(slot.kv, job.tokens) if request.cache_prompt and not request.embed else 0
-        return min(keep, len(job.tokens) - 1)
+        keep = min(keep, len(job.tokens) - 1)
+        for span in job.images.values():  # never keep part of an image: it is decoded whole
+            if span.start < keep < span.start + span.n_tokens:
+                keep = span.start
+        return keep
 
     def _prepare_sampler(self, job: Job) -> None:
         state, sampling = job.state, job.request.sampling
@@ -348,7 +355,7 @@ class ModelWorker:
         if not planned:
             return
         in_batch = self._fill_batch(planned)
-        if not self._decode(in_batch):
+        if not in_batch or not self._decode(in_batch):
             return
         now = time.perf_counter()
         for job in in_batch:
@@ -384,7 +391,13 @@ class ModelWorker:
         for job, take in planned:
             slot = job.slot
             assert slot is not None
+            before = len(slot.kv)
+            if job.images and not self._decode_images(job, take):
+                continue
             start = len(slot.kv)
+            take = self._text_run(job, start, take - (start - before))
+            if take <= 0:
+                continue
             last = start + take == len(job.tokens)
             index = -1
             for offset in range(take):
@@ -394,6 +407,32 @@ class ModelWorker:
             job.logits_index = index if last else -1
             in_batch.append(job)
         return in_batch
+
+    @staticmethod
+    def _text_run(job: Job, start: int, take: int) -> int:
+        """``take`` shortened to stop before the job's next image (images are decoded on their own)."""
+        for begin in job.images:
+            if start <= begin < start + take:
+                take = begin - start
+        return take
+
+    def _decode_images(self, job: Job, take: int) -> bool:
+        """Decode the images at the job's next positions (within ``take`` tokens); False if one failed."""
+        slot = job.slot
+        assert slot is not None
+        while (span := job.images.get(len(slot.kv))) is not None and take > 0:
+            rc = self.context.decode_image(span, len(slot.kv), slot.seq_id)
+            self.decode_calls += 1
+            if rc != 0:
+                log.error("model %s: decoding an image of %d tokens failed with %d", self.name, span.n_tokens, rc)
+                self.context.seq_rm(slot.seq_id, 0)
+                slot.kv.clear()
+                self._finish(job, StopReason.DECODE_FAILED)
+                return False
+            slot.kv.extend(job.tokens[span.start : span.start + span.n_tokens])
+            self.decoded_tokens += span.n_tokens
+            take -= span.n_tokens
+        return True
 
     def _decode(self, in_batch: list[Job]) -> bool:
         """Run the batch; on failure, free the jobs' cells and fail them."""

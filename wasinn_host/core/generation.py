@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from .errors import WasiNNError
 from .params import SamplingParams, StopParams
@@ -66,6 +66,9 @@ class GenerationRequest:
     embed: bool = False
     """Embedding mode: decode the prompt and return its embedding instead of sampling."""
     on_piece: Callable[[bytes], None] | None = None
+    images: tuple[Any, ...] = ()
+    """The prompt's images (``vision.ImageSpan``: start index, token count, libmtmd chunk); their
+    positions in ``tokens`` hold placeholder ids, decoded as one image each."""
 
 
 @dataclass

@@ -32,6 +32,7 @@ from .offload import ModelSizes, choose_gpu_layers, fit_gpu_layers
 from .params import ModelParams, SamplingParams
 from .registry import DEFAULT_SEQUENCES, MAX_DEFAULT_CTX
 from .runtime import KvLayout
+from .vision import ImageSpan, Vision
 
 log = logging.getLogger("wasinn_host")
 llama_log = logging.getLogger("wasinn_host.llama")
@@ -171,6 +172,16 @@ class LlamaModel:
         self.eos: int = llama_cpp.llama_vocab_eos(self.vocab)
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
+        self.vision: Vision | None = None
+        """The multimodal projector loaded with the model (``mmproj``), if the host configured one."""
+        if params.mmproj:
+            try:
+                with capture_llama_log():
+                    threads = params.threads if params.threads > 0 else default_threads()
+                    self.vision = Vision(Path(params.mmproj), model, threads, _route_llama_log)
+            except BaseException:
+                self.close()
+                raise
 
     @property
     def description(self) -> str:
@@ -222,7 +233,10 @@ class LlamaModel:
         check_sampling(self, params)
 
     def close(self) -> None:
-        """Free the weights."""
+        """Free the projector and the weights."""
+        if self.vision is not None:
+            self.vision.close()
+            self.vision = None
         if self.ptr:
             llama_cpp.llama_model_free(self.ptr)
             self.ptr = None
@@ -295,6 +309,12 @@ class LlamaContext:
         self.memory = llama_cpp.llama_get_memory(ctx)
         self.threads = threads
         self.kv_bytes = kv_cache_bytes(model, cparams.n_ctx)
+
+    def decode_image(self, span: ImageSpan, pos: int, seq_id: int) -> int:
+        """Encode an image of the prompt and decode its embeddings into ``seq_id`` at ``pos`` (0 = done)."""
+        if self.model.vision is None:
+            return -1
+        return self.model.vision.decode(self.ptr, span, pos, seq_id, self.n_batch)
 
     def new_batch(self) -> Batch:
         """A reusable batch of ``n_batch`` tokens."""

@@ -38,6 +38,9 @@ class ModelParams:
     shared KV pool; N: at most N, each with its own ``ctx-size`` cells."""
     embedding: bool = False
     flash_attn: str = "auto"
+    mmproj: str = ""
+    """The multimodal projector the host configured for the model's name ("" = text only); a guest's
+    ``mmproj`` key may only name that one (see ``registry.py``), never another host file."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,8 @@ class PromptOptions:
     queue_timeout_ms: int = -1
     """-1: the host's default (``Limits.queue_timeout_ms``)."""
     embd_normalize: int = 2
+    image: str = ""
+    """An image file for the next prompt, as the guest named it (its front end resolves and reads it)."""
 
 
 @dataclass(frozen=True)

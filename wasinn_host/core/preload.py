@@ -74,6 +74,8 @@ class Preload:
     path: Path
     encoding: Encoding = Encoding.GGML
     target: Target = Target.AUTO
+    mmproj: Path | None = None
+    """The multimodal projector GGUF served with this name (host configuration only)."""
 
     def __str__(self) -> str:
         return f"{self.name}:{self.encoding.name}:{self.target.name}:{self.path}"

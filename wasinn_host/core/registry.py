@@ -98,6 +98,29 @@ def grown_layout(
     return KvLayout(current.n_ctx_seq, n_seq)
 
 
+def _projector(preload: Preload, asked: str) -> str:
+    """The projector file for a load of ``preload``: the host's, whether or not the guest's ``mmproj``
+    key names it; a key naming any other file is refused (guests never choose host files)."""
+    configured = preload.mmproj
+    if asked and (configured is None or asked not in (str(configured), configured.name)):
+        log.warning(
+            "model %s: config key 'mmproj' %r refused: guests may only name the projector the host configured (%s)",
+            preload.name,
+            asked,
+            configured.name if configured is not None else "none",
+        )
+        raise WasiNNError(
+            ErrorKind.INVALID_ARGUMENT,
+            f"config key 'mmproj': {asked!r} is not the projector configured for {preload.name!r} "
+            f"({configured.name if configured is not None else 'none'}); set it with the host's preload configuration",
+        )
+    if configured is not None and not configured.is_file():
+        raise WasiNNError(
+            ErrorKind.MODEL_NOT_FOUND, f"projector file {str(configured)!r} for {preload.name!r} does not exist"
+        )
+    return str(configured) if configured is not None else ""
+
+
 def _kv_refusal(label: str, needed: int, room: int, what: str) -> WasiNNError:
     return WasiNNError(
         ErrorKind.TOO_LARGE,
@@ -207,6 +230,7 @@ class ModelRegistry:
                 )
             if params.target is None:  # load_by_name carries no target: the preload's applies
                 params = replace(params, target=preload.target)
+            params = replace(params, mmproj=_projector(preload, params.mmproj))
             path = preload.path
             if not path.is_file():
                 raise WasiNNError(
@@ -231,6 +255,12 @@ class ModelRegistry:
 
     def acquire_bytes(self, data: bytes, params: ModelParams, kv_budget: int = 0) -> LoadedModel:
         """A model from GGUF bytes a guest sent; identical bytes share one model.  No file is left behind."""
+        if params.mmproj:
+            raise WasiNNError(
+                ErrorKind.INVALID_ARGUMENT,
+                "load: config key 'mmproj' is refused for models sent as bytes; a projector is served only "
+                "with a preloaded name the host configured it for",
+            )
         if not data.startswith(GGUF_MAGIC):
             raise WasiNNError(
                 ErrorKind.INVALID_ARGUMENT,
@@ -324,7 +354,8 @@ class ModelRegistry:
             old = self._preloads.get(name)
             if old is None:
                 raise WasiNNError(ErrorKind.NOT_FOUND, f"model name {name!r} is not preloaded")
-            preload = Preload(name, Path(path) if path is not None else old.path, old.encoding, old.target)
+            new_path = Path(path) if path is not None else old.path
+            preload = Preload(name, new_path, old.encoding, old.target, old.mmproj)
             if not preload.path.is_file():
                 raise WasiNNError(ErrorKind.MODEL_NOT_FOUND, f"model file {str(preload.path)!r} does not exist")
             self._preloads[name] = preload

@@ -117,6 +117,9 @@ class Context(Protocol):
     def decode(self, batch: Any) -> int:
         """Decode a batch this context made; 0 on success."""
 
+    def decode_image(self, span: Any, pos: int, seq_id: int) -> int:
+        """Decode one image of a prompt (a ``vision.ImageSpan``) into ``seq_id`` at ``pos``; 0 on success."""
+
     def seq_rm(self, seq_id: int, start: int) -> None:
         """Drop a sequence's cells from ``start`` on."""
 
