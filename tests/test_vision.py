@@ -8,16 +8,19 @@ counted in ``input_tokens``, a repeated image is served from the KV cache, and e
 from __future__ import annotations
 
 import base64
+import json
 import pathlib
 import struct
 from collections.abc import Iterator
 
 import pytest
+import wasmtime
 
 from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.core.errors import ErrorKind, WasiNNError
 from wasinn_host.core.images import MAX_IMAGE_PIXELS, place_image, split_inline_images
 from wasinn_host.core.preload import Preload
+from wasinn_host.testing.abi_guest import AbiGuest, abi_guest_wat
 from wasinn_host.testing.vision_models import IMAGE_TOKENS, png_bytes, solid_png, write_vision_model
 
 GREEDY = {"temp": 0, "n-predict": 8}
@@ -134,3 +137,72 @@ def test_inline_tags_and_image_key_placement() -> None:
     assert place_image(b"a <M> b <image> c", [RED], BLUE, b"<M>") == (b"a <M> b <M> c", [RED, BLUE])
     with pytest.raises(WasiNNError, match="not valid base64"):
         split_inline_images(b'<img src="data:image/png;base64,abcde">', b"<M>")
+
+
+# -- the image key through a guest's preopened directories ------------------------------
+
+
+def guest_with_dirs(nn: WasiNN, dirs: list[tuple[str, str]]) -> AbiGuest:
+    """The ABI guest in a Store whose preopened directories are ``dirs``."""
+    linker = wasmtime.Linker(nn.engine)
+    nn.add_to_linker(linker)
+    store = wasmtime.Store(nn.engine)
+    nn.imports.attach(store, None, dirs)
+    module = wasmtime.Module(nn.engine, bytes(wasmtime.wat2wasm(abi_guest_wat())))
+    instance = linker.instantiate(store, module)
+    memory = instance.exports(store)["memory"]
+    assert isinstance(memory, wasmtime.Memory)
+    return AbiGuest(nn, store, instance, memory)
+
+
+def guest_answer(guest: AbiGuest, image: str, prompt: str) -> tuple[int, str]:
+    rc, graph = guest.load_by_name("v")
+    assert rc == 0
+    rc, ctx = guest.init(graph)
+    assert rc == 0
+    assert guest.set_input(ctx, 1, json.dumps({**GREEDY, "image": image})) == 0
+    rc = guest.set_input(ctx, 0, prompt)
+    if rc != 0:
+        return rc, ""
+    assert guest.call("compute", ctx) == 0
+    out_rc, text = guest.get_output(ctx)
+    assert out_rc == 0
+    return 0, text.decode("utf-8", "replace")
+
+
+@pytest.fixture
+def photos(tmp_path: pathlib.Path) -> pathlib.Path:
+    (tmp_path / "photos").mkdir()
+    (tmp_path / "photos" / "red.png").write_bytes(RED)
+    (tmp_path / "photos" / "blue.png").write_bytes(BLUE)
+    (tmp_path / "secret.png").write_bytes(GREEN)
+    (tmp_path / "photos" / "link.png").symlink_to(tmp_path / "secret.png")
+    return tmp_path / "photos"
+
+
+def test_image_key_reads_the_guests_file_and_places_it_like_an_inline_image(
+    vision_nn: WasiNN, photos: pathlib.Path
+) -> None:
+    guest = guest_with_dirs(vision_nn, [(str(photos), "/data")])
+    red = guest_answer(guest, "/data/red.png", "ab  cd")
+    assert red == (0, answer(vision_nn, f"{tag(RED)}ab  cd")[0]), "no <image> marker: the image goes first"
+    assert guest_answer(guest, "/data/blue.png", "ab  cd") == (0, answer(vision_nn, f"{tag(BLUE)}ab  cd")[0])
+    assert guest_answer(guest, "/data/blue.png", "ab  cd") != red
+    marked = guest_answer(guest, "/data/red.png", "ab <image> cd")
+    assert marked == (0, answer(vision_nn, f"ab {tag(RED)} cd")[0]), "at the model's <image> marker"
+    relative = guest_with_dirs(vision_nn, [(str(photos), ".")])
+    assert guest_answer(relative, "red.png", "ab  cd") == red
+
+
+@pytest.mark.parametrize("path", ["/etc/hostname", "/data/../secret.png", "/data/link.png", "/data/missing.png", "x"])
+def test_image_key_outside_the_preopened_directories_is_errno_1(
+    path: str, vision_nn: WasiNN, photos: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    guest = guest_with_dirs(vision_nn, [(str(photos), "/data")])
+    with caplog.at_level("WARNING", logger="wasinn_host"):
+        assert guest_answer(guest, path, "ab  cd") == (1, "")
+    assert any(path in r.getMessage() for r in caplog.records), "one log line names the refused path"
+
+
+def test_no_preopened_directories_means_no_image_files(vision_nn: WasiNN, photos: pathlib.Path) -> None:
+    assert guest_answer(guest_with_dirs(vision_nn, []), str(photos / "red.png"), "ab  cd") == (1, "")

@@ -19,7 +19,7 @@ import ctypes
 import logging
 import threading
 import weakref
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import wasmtime
 
@@ -116,17 +116,20 @@ class WasiNNImports:
 
     # -- Store bookkeeping ---------------------------------------------------------
 
-    def _new_state(self, allowed: Iterable[str] | None = None) -> StoreState:
+    def _new_state(self, allowed: Iterable[str] | None = None, dirs: Sequence[tuple[str, str]] = ()) -> StoreState:
         self._start_reaper()
-        return StoreState(self.limits, self.contexts_alive, allowed if allowed is not None else self.allowed)
+        return StoreState(self.limits, self.contexts_alive, allowed if allowed is not None else self.allowed, dirs)
 
-    def attach(self, store: wasmtime.Store, allowed: Iterable[str] | None = None) -> StoreState:
+    def attach(
+        self, store: wasmtime.Store, allowed: Iterable[str] | None = None, dirs: Sequence[tuple[str, str]] = ()
+    ) -> StoreState:
         """Register a Store: its state is freed with it, and its memory export is cached.
 
-        ``allowed`` limits the model names this Store may load (default: the instance's list).
+        ``allowed`` limits the model names this Store may load (default: the instance's list);
+        ``dirs`` are its preopened (host dir, guest dir) pairs, the only places its ``image`` key may name.
         """
         key = _store_key(store)
-        state = self._new_state(allowed)
+        state = self._new_state(allowed, dirs)
         state.cache_memory = True
         with self._lock:
             old = self._states.pop(key, None)

@@ -6,15 +6,18 @@ another guest's handle numbers mean nothing here.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from ..backend.protocol import Backend, BackendGraph
 from ..core.config import ParsedConfig
 from ..core.errors import ErrorKind, WasiNNError, invalid
+from ..core.images import MAX_IMAGE_BYTES
 from ..core.limits import Limits
 from .execution import ExecutionContext
+from .guest_files import read_guest_file
 from .guest_memory import U32_MASK
 from .native_func import MemoryRef
 
@@ -35,8 +38,16 @@ class ContextCounter:
 class StoreState:
     """One Store's graphs and execution contexts."""
 
-    def __init__(self, limits: Limits, counter: ContextCounter, allowed: Iterable[str] | None = None) -> None:
+    def __init__(
+        self,
+        limits: Limits,
+        counter: ContextCounter,
+        allowed: Iterable[str] | None = None,
+        dirs: Sequence[tuple[str, str]] = (),
+    ) -> None:
         self.limits = limits
+        self.dirs = tuple(dirs)
+        """The guest's preopened (host dir, guest dir) pairs: where its ``image`` files may be."""
         self.allowed = frozenset(allowed) if allowed is not None else None
         self._counter = counter
         self.graphs: dict[int, BackendGraph] = {}
@@ -88,7 +99,10 @@ class StoreState:
         """A new execution context on the graph behind ``graph_handle``; its handle."""
         graph = self.graph(graph_handle)
         self.check_context_room()
-        return self.add_context(ExecutionContext(graph, graph.open_context()))
+        inner = graph.open_context()
+        if hasattr(inner, "read_image"):  # the local backend reads the image key's file for the core
+            inner.read_image = functools.partial(read_guest_file, dirs=self.dirs, limit=MAX_IMAGE_BYTES)
+        return self.add_context(ExecutionContext(graph, inner))
 
     def check_graph_room(self) -> None:
         """Refuse (busy) a new graph beyond ``max_graphs_per_store``."""

@@ -1,0 +1,54 @@
+"""Files a guest names (the ``image`` key), resolved only through the directories it was given.
+
+A guest path is looked up in the Store's preopened ``(host dir, guest dir)`` mappings, the
+longest guest prefix first (a relative path is relative to the guest's ``.``); the result must
+stay inside that host directory once ``..`` and symbolic links are resolved.  Anything else is
+refused with an invalid argument and one log line: a guest never reads a host file it was not
+given.  Reads are capped at ``limit`` bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+from pathlib import Path
+from typing import Sequence
+
+from ..core.errors import invalid
+
+log = logging.getLogger("wasinn_host")
+
+
+def resolve_guest_path(path: str, dirs: Sequence[tuple[str, str]]) -> Path:
+    """The host file behind guest ``path``; invalid argument if no preopened directory holds it."""
+    guest = posixpath.normpath(path if path.startswith("/") else posixpath.join(".", path))
+    candidates = []
+    for host_dir, guest_dir in dirs:
+        base = posixpath.normpath(guest_dir)
+        if base == ".":
+            if not path.startswith("/") and not guest.startswith(".."):
+                candidates.append((0, host_dir, guest))
+        elif guest == base or guest.startswith(base.rstrip("/") + "/"):
+            candidates.append((len(base), host_dir, posixpath.relpath(guest, base)))
+    for _, host_dir, rest in sorted(candidates, reverse=True):
+        root = Path(os.path.realpath(host_dir))
+        target = Path(os.path.realpath(root / rest))
+        if target == root or root in target.parents:
+            return target
+    log.warning("image %r refused: it is outside the directories preopened for the guest", path)
+    mapped = ", ".join(g for _, g in dirs) or "none"
+    raise invalid(f"image {path!r} is outside the guest's preopened directories ({mapped}); map one with --dir")
+
+
+def read_guest_file(path: str, dirs: Sequence[tuple[str, str]], limit: int) -> bytes:
+    """The bytes of guest ``path`` (at most ``limit``); invalid argument if missing, too large or not mapped."""
+    target = resolve_guest_path(path, dirs)
+    try:
+        size = target.stat().st_size
+        if size > limit:
+            raise invalid(f"image {path!r}: {size} bytes is more than the limit of {limit} bytes")
+        with open(target, "rb") as handle:
+            return handle.read(limit + 1)[:limit]
+    except OSError as exc:
+        raise invalid(f"image {path!r}: cannot read it: {exc.strerror or exc}") from None
