@@ -8,9 +8,11 @@ counted in ``input_tokens``, a repeated image is served from the KV cache, and e
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import json
 import pathlib
 import struct
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -206,3 +208,24 @@ def test_image_key_outside_the_preopened_directories_is_errno_1(
 
 def test_no_preopened_directories_means_no_image_files(vision_nn: WasiNN, photos: pathlib.Path) -> None:
     assert guest_answer(guest_with_dirs(vision_nn, []), str(photos / "red.png"), "ab  cd") == (1, "")
+
+
+def test_many_contexts_with_images_at_once_match_one_at_a_time(vision_nn: WasiNN) -> None:
+    """Eight contexts with different images decode together; the model grows its sequences meanwhile
+    (4 to start), so images are decoded again after the move, and every answer is still the sequential one."""
+    images = [solid_png(30 * i, 255 - 30 * i, (70 * i) % 256) for i in range(8)]
+    prompts = [f"a{i} {tag(image)} b" for i, image in enumerate(images)]
+    expected = [answer(vision_nn, prompt)[0] for prompt in prompts]
+    assert len(set(expected)) == 8
+    barrier = threading.Barrier(len(prompts))
+    config = {**GREEDY, "ctx-size": 256}  # a model instance of its own, starting with 4 sequences
+
+    def run(prompt: str) -> str:
+        with vision_nn.session("v", config) as session:
+            barrier.wait()
+            return session.complete(prompt)
+
+    with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+        assert list(pool.map(run, prompts)) == expected
+    (model,) = [m for m in vision_nn.registry.loaded() if m.params.ctx_size == 256]
+    assert model.worker.growths >= 1 and model.worker.context.n_seq >= 8
