@@ -89,9 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = commands.add_parser(
         "run",
-        help="run a .wasm guest (WASI command) with the wasi_ephemeral_nn imports",
-        description="Run a WASI command module with the wasi_ephemeral_nn imports. Models are named with "
-        "--nn-preload and load lazily on the guest's first load_by_name.",
+        help="run a .wasm guest (WASI command module, or wasi:cli command component) with WASI-NN",
+        description="Run a WASI command module with the wasi_ephemeral_nn imports, or a command component "
+        "with wasi:cli and wasi:nn@0.2.0-rc-2024-10-28. Models are named with --nn-preload and load lazily "
+        "on the guest's first load_by_name.",
         epilog=RUN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -131,6 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         metavar="SECONDS",
         help="stop the guest (trap) after SECONDS of wall-clock time; its contexts are freed",
+    )
+    run.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="compile the guest every time instead of keeping compiled modules and components in "
+        "$XDG_CACHE_HOME/wasinn (default ~/.cache/wasinn)",
     )
     add_report_options(run)
     limits = add_limit_options(run)
@@ -199,6 +206,7 @@ def run_command(ns: argparse.Namespace) -> int:
             legacy_output=ns.nn_legacy_output,
             rpc=ns.nn_rpc_uri,
             rpc_options=rpc_options,
+            compile_cache=not ns.no_cache,
         )
     except (TargetError, WasiNNError, OSError) as exc:
         return fail(str(exc))

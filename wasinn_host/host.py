@@ -26,6 +26,7 @@ import wasmtime.component
 
 from .backend.local import LocalBackend
 from .backend.protocol import Backend
+from .compile_cache import CompileCache
 from .core.errors import ErrorKind, WasiNNError
 from .core.limits import Limits
 from .core.preload import Preload
@@ -39,7 +40,11 @@ from .wit.imports import WitNNImports
 
 log = logging.getLogger("wasinn_host")
 
-ModuleSource = Union[str, os.PathLike, bytes, wasmtime.Module]
+ModuleSource = Union[str, os.PathLike, bytes, wasmtime.Module, wasmtime.component.Component]
+Guest = Union[wasmtime.Module, wasmtime.component.Component]
+COMPONENT_HEADER = b"\0asm\x0d\x00\x01\x00"
+"""The first 8 bytes of a component (a core module's are ``\\0asm`` and version 1)."""
+RUN_INTERFACE = "wasi:cli/run@0.2.0"
 
 
 class GuestError(Exception):
@@ -92,6 +97,7 @@ class WasiNN:
         legacy_output: bool = False,
         rpc: str | Sequence[str] | None = None,
         rpc_options: ClientOptions | None = None,
+        compile_cache: bool | str | os.PathLike[str] = False,
     ) -> None:
         self.limits = limits or (backend.limits if backend is not None else Limits())
         self.local: LocalBackend | None = None
@@ -116,6 +122,10 @@ class WasiNN:
             config.epoch_interruption = interruptible
             engine = wasmtime.Engine(config)
         self.engine = engine
+        self.compile_cache: CompileCache | None = None
+        if compile_cache is not False:
+            directory = None if compile_cache is True else Path(compile_cache)
+            self.compile_cache = CompileCache(engine, directory, "epoch" if interruptible else "")
 
     def add_to_linker(self, linker: wasmtime.Linker) -> None:
         """Define the 12 ``wasi_ephemeral_nn`` imports on ``linker`` (usable with many Stores)."""
@@ -178,24 +188,37 @@ class WasiNN:
         return self.local.registry.loaded() if self.local is not None else []
 
     def load_module(self, source: ModuleSource) -> wasmtime.Module:
-        """Compile a module from a path or bytes (or pass a Module through)."""
-        if isinstance(source, wasmtime.Module):
+        """Compile a core module from a path or bytes (or pass a Module through)."""
+        guest = self.load_guest(source)
+        if not isinstance(guest, wasmtime.Module):
+            raise GuestError("a component was given where a core module is needed")
+        return guest
+
+    def load_guest(self, source: ModuleSource) -> Guest:
+        """Compile a core module or a component (told apart by its header) from a path or bytes,
+        through the compile cache when it is on; a compiled one is passed through."""
+        if isinstance(source, (wasmtime.Module, wasmtime.component.Component)):
             return source
         if isinstance(source, bytes):
-            try:
-                return wasmtime.Module(self.engine, source)
-            except wasmtime.WasmtimeError as exc:
-                raise GuestError(f"not a valid WebAssembly module: {_first_line(exc)}") from None
+            return self._compile(source, "")
         path = Path(source)
         if not path.is_file():
             raise GuestError(f"module {str(path)!r} does not exist")
         data = path.read_bytes()
         if not data.startswith(b"\0asm"):
             raise GuestError(f"{str(path)!r} is not a WebAssembly module (no \\0asm header)")
+        return self._compile(data, f"{str(path)!r} ")
+
+    def _compile(self, data: bytes, label: str) -> Guest:
+        component = data.startswith(COMPONENT_HEADER)
+        kind = "component" if component else "module"
         try:
-            return wasmtime.Module(self.engine, data)
+            if self.compile_cache is not None:
+                return self.compile_cache.component(data) if component else self.compile_cache.module(data)
+            return wasmtime.component.Component(self.engine, data) if component else wasmtime.Module(self.engine, data)
         except wasmtime.WasmtimeError as exc:
-            raise GuestError(f"{str(path)!r} is not a valid WebAssembly module: {_first_line(exc)}") from None
+            what = f"{label}is not a valid WebAssembly {kind}" if label else f"not a valid WebAssembly {kind}"
+            raise GuestError(f"{what}: {_first_line(exc)}") from None
 
     def run(self, module: ModuleSource, args: Sequence[str] = (), options: RunOptions | None = None) -> int:
         """Instantiate ``module`` with WASI and WASI-NN, run ``_start``, return the exit code.
@@ -203,7 +226,9 @@ class WasiNN:
         Raises :class:`GuestError` if the module cannot be loaded or linked, or traps.
         """
         options = options or RunOptions()
-        compiled = self.load_module(module)
+        compiled = self.load_guest(module)
+        if isinstance(compiled, wasmtime.component.Component):
+            return self._run_component(compiled, module, args, options)
         linker = wasmtime.Linker(self.engine)
         linker.define_wasi()
         self.add_to_linker(linker)
@@ -223,6 +248,40 @@ class WasiNN:
                 raise GuestError("the module has no _start function (is it a WASI command?)")
             start(store)
             return 0
+        except wasmtime.ExitTrap as exit_trap:
+            return exit_trap.code
+        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
+            raise GuestError(f"the guest trapped: {_first_line(exc)}") from None
+        finally:
+            self.detach(store)
+            del store
+            for fd in options.close_fds:
+                os.close(fd)
+
+    def _run_component(
+        self, component: wasmtime.component.Component, source: ModuleSource, args: Sequence[str], options: RunOptions
+    ) -> int:
+        """Run a command component: wasi:cli (``add_wasip2``) and wasi:nn, then ``wasi:cli/run``."""
+        linker = wasmtime.component.Linker(self.engine)
+        linker.add_wasip2()
+        self.add_to_component_linker(linker)
+        store = wasmtime.Store(self.engine)
+        if self.interruptible:
+            store.set_epoch_deadline(options.deadline_ticks or 2**62)
+        store.set_wasi(_wasi_config(source, args, options))
+        self.attach(store)
+        try:
+            try:
+                instance = linker.instantiate(store, component)
+            except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
+                raise GuestError(f"cannot instantiate the component: {_first_line(exc)}") from None
+            interface = instance.get_export_index(store, RUN_INTERFACE)
+            index = instance.get_export_index(store, "run", interface) if interface is not None else None
+            run = instance.get_func(store, index) if index is not None else None
+            if run is None:
+                raise GuestError(f"the component does not export {RUN_INTERFACE} (is it a command?)")
+            result = run(store)
+            return 0 if result is None or getattr(result, "tag", "ok") == "ok" else 1
         except wasmtime.ExitTrap as exit_trap:
             return exit_trap.code
         except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:

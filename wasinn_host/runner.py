@@ -110,7 +110,7 @@ def run_instances(
     timeout: float | None = None,
 ) -> list[InstanceResult]:
     """Run ``instances`` copies of the module at once and wait; Ctrl-C interrupts all of them."""
-    compiled = nn.load_module(module)
+    compiled = nn.load_guest(module)
     ticker = EpochTicker(nn.engine) if nn.interruptible else None
     options = replace(options, deadline_ticks=deadline_ticks(timeout))
     lock = threading.Lock()

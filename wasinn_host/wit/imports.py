@@ -196,7 +196,8 @@ class WitNNImports:
                 value = impl(state, *reps)
                 return cm.Variant("ok", value) if tagged else value
             except WasiNNError as err:
-                code, message = error_code_for(err.kind), f"{name}: {err.message}"
+                prefixed = err.message.startswith(f"{name}: ")
+                code, message = error_code_for(err.kind), err.message if prefixed else f"{name}: {err.message}"
             except Exception as exc:  # a host bug must not trap the guest
                 log.exception("wasi:nn %s: internal error: %s", name, exc)
                 code, message = ErrorCode.UNKNOWN, f"{name}: internal error: {type(exc).__name__}: {exc}"

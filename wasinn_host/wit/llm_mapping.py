@@ -59,7 +59,7 @@ def read_request(inputs: Sequence[tuple[str, HostTensor]], limits: Limits) -> Ll
     by_name: dict[str, HostTensor] = {}
     for name, tensor in inputs:
         if name in by_name:
-            raise invalid(f"compute: two input tensors are named {name!r}")
+            raise invalid(f"two input tensors are named {name!r}")
         by_name[name] = tensor
     prompt_tensor = by_name.get(PROMPT)
     if prompt_tensor is None:
@@ -67,7 +67,7 @@ def read_request(inputs: Sequence[tuple[str, HostTensor]], limits: Limits) -> Ll
         if len(others) != 1:
             names = ", ".join(repr(n) for n, _ in inputs) or "none"
             raise invalid(
-                f"compute: no prompt: name the U8 prompt tensor {PROMPT!r} (or send exactly one U8 tensor "
+                f"no prompt: name the U8 prompt tensor {PROMPT!r} (or send exactly one U8 tensor "
                 f"besides {METADATA!r}/{OPTIONS!r}); inputs: {names}"
             )
         prompt_name, prompt_tensor = others[0]
@@ -76,7 +76,7 @@ def read_request(inputs: Sequence[tuple[str, HostTensor]], limits: Limits) -> Ll
     prompt = prompt_tensor.check_bytes(prompt_name)
     if len(prompt) > limits.max_prompt_bytes:
         raise limits.refuse(
-            ErrorKind.TOO_LARGE, f"compute: prompt of {len(prompt)} bytes", "max_prompt_bytes", limits.max_prompt_bytes
+            ErrorKind.TOO_LARGE, f"prompt of {len(prompt)} bytes", "max_prompt_bytes", limits.max_prompt_bytes
         )
     configs: list[ParsedConfig] = []
     if METADATA in by_name:

@@ -38,13 +38,13 @@ class HostTensor:
     def check_bytes(self, name: str) -> bytes:
         """The data of a tensor that must be text or JSON: U8, dimensions ``[1]`` or matching its length."""
         if self.ty != "U8":
-            raise invalid(f"compute: input {name!r} is {self.ty}; prompt, metadata and options tensors are U8")
+            raise invalid(f"input {name!r} is {self.ty}; prompt, metadata and options tensors are U8")
         count = 1
         for d in self.dimensions:
             count *= d
         if self.dimensions and count not in (1, len(self.data)):
             raise invalid(
-                f"compute: input {name!r}: dimensions {list(self.dimensions)} do not describe "
+                f"input {name!r}: dimensions {list(self.dimensions)} do not describe "
                 f"{len(self.data)} bytes; use [1] or [{len(self.data)}]"
             )
         return self.data
