@@ -26,7 +26,7 @@ int32_t run(void) {
     for (size_t turn = 2; turn < argc; turn++) {
         for (size_t i = 0; i < argv[turn].len && used < sizeof conversation; i++) conversation[used++] = argv[turn].ptr[i];
         bytes_t output, metadata;
-        if (compute_prompt(ctx, conversation, used, &output, &metadata)) return 1;
+        if (compute_with(ctx, conversation, used, 0, 0, &output, &metadata)) return 1;
         out(output.ptr, output.len);
         out("\n", 1);
         err(metadata.ptr, metadata.len);

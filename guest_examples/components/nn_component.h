@@ -156,11 +156,14 @@ static int32_t u8_tensor(const void *data, size_t len) {
     return nn_tensor_new(dims, 1, TENSOR_U8, data, len);
 }
 
-/* compute({prompt}) and copy out the tensors named "output" and "metadata" (dropping all outputs). */
-__attribute__((unused)) static int compute_prompt(int32_t ctx, const void *prompt, size_t len, bytes_t *output, bytes_t *metadata) {
-    named_tensor_t inputs[1] = {{{"prompt", 6}, u8_tensor(prompt, len)}};
+/* compute({prompt[, metadata]}) and copy out the tensors named "output" and "metadata" (dropping
+ * all outputs); config (NULL: none) is configuration JSON sent as the tensor "metadata". */
+__attribute__((unused)) static int compute_with(int32_t ctx, const void *prompt, size_t len, const char *config,
+                                                size_t config_len, bytes_t *output, bytes_t *metadata) {
+    named_tensor_t inputs[2] = {{{"prompt", 6}, u8_tensor(prompt, len)}, {{"metadata", 8}, 0}};
+    if (config) inputs[1].tensor = u8_tensor(config, config_len);
     result_list_t ret;
-    nn_compute(ctx, inputs, 1, &ret);
+    nn_compute(ctx, inputs, config ? 2 : 1, &ret);
     if (ret.tag) return report("compute", (int32_t)(intptr_t)ret.ptr);
     output->len = metadata->len = 0;
     for (size_t i = 0; i < ret.len; i++) {

@@ -4,9 +4,9 @@
 Two measurements in one run:
 
 1. **Generation**: ``guest_examples/components/nn_complete.wasm`` (a wasi:nn component) and
-   ``guest_examples/complete.wasm`` (the core-module guest) generate the same greedy answer on the
-   same model, interleaved ``--rounds`` times; the ratio is core time / component time (1.0 = as
-   fast; the target is >= 0.97).
+   ``guest_examples/complete.wasm`` (the core-module guest) generate the same ``--n-predict`` tokens
+   on the same model, each a whole ``WasiNN.run`` (instantiate, generate, exit), interleaved
+   ``--rounds`` times; the ratio is core time / component time (1.0 = as fast; target >= 0.97).
 2. **Round trip**: ``nn_roundtrip.wasm`` builds a tensor of ``--size`` bytes and reads it back
    ``--count`` times; the time per round trip (one ``list<u8>`` in, one out) is the difference
    between that run and a run with no round trips, divided by ``--count``; with the fast path
@@ -22,6 +22,7 @@ Without ``--model`` the successor test model is written to a temporary directory
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -75,26 +76,35 @@ def round_trip_ms(nn: WasiNN, size: int, count: int, fast: bool) -> float:
     return (full - base) * 1000.0 / count
 
 
-def generation(nn: WasiNN, name: str, prompt: str, rounds: int) -> tuple[float, float]:
-    """Median seconds of the component guest and of the core guest generating the same answer."""
-    component = cm.Component.from_file(nn.engine, str(COMPONENTS / "nn_complete.wasm"))
-    module = nn.load_module(ROOT / "guest_examples" / "complete.wasm")
-    options = RunOptions(stdout=os.devnull, stderr=os.devnull)
+def generation(nn: WasiNN, name: str, prompt: str, n_predict: int, rounds: int) -> tuple[float, float]:
+    """Median seconds of a whole run (instantiate, generate, exit) of the component guest and of the
+    core-module guest, each compiled once, generating the same ``n_predict`` tokens."""
+    component = nn.load_guest(COMPONENTS / "nn_complete.wasm")
+    module = nn.load_guest(ROOT / "guest_examples" / "complete.wasm")
+    quiet = RunOptions(stdout=os.devnull, stderr=os.devnull)
+    core_options = RunOptions(env={"n_predict": str(n_predict)}, stdout=os.devnull, stderr=os.devnull)
+    component_args = [name, prompt, json.dumps({"n-predict": n_predict})]
     comp_times, core_times = [], []
-    run_component(nn, component, [name, prompt])  # warm the model
-    for _ in range(rounds):
-        comp_times.append(run_component(nn, component, [name, prompt]))
+
+    def timed(guest: object, args: list[str], options: RunOptions) -> float:
         start = time.perf_counter()
-        if nn.run(module, [name, prompt], options) != 0:
-            raise SystemExit("core guest failed")
-        core_times.append(time.perf_counter() - start)
+        if nn.run(guest, args, options) != 0:  # type: ignore[arg-type]
+            raise SystemExit(f"guest failed: {args}")
+        return time.perf_counter() - start
+
+    timed(component, component_args, quiet)  # warm the model
+    timed(module, [name, prompt], core_options)
+    for _ in range(rounds):
+        comp_times.append(timed(component, component_args, quiet))
+        core_times.append(timed(module, [name, prompt], core_options))
     return statistics.median(comp_times), statistics.median(core_times)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, help="a GGUF model (default: the successor test model)")
-    parser.add_argument("--prompt", default="a", help="prompt for the generation comparison")
+    parser.add_argument("--prompt", default="0", help="prompt for the generation comparison")
+    parser.add_argument("--n-predict", type=int, default=256, help="tokens each guest generates")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--size", type=int, default=1 << 20)
     parser.add_argument("--count", type=int, default=10)
@@ -111,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         fast = round_trip_ms(nn, args.size, args.count, fast=True)
         slow = round_trip_ms(nn, args.size, args.slow_count, fast=False)
         print(f"round trip of {args.size} bytes in + {args.size} out: {fast:.1f} ms fast path, {slow:.0f} ms without")
-        comp, core = generation(nn, "bench", args.prompt, args.rounds)
+        comp, core = generation(nn, "bench", args.prompt, args.n_predict, args.rounds)
         print(
             f"generation, median of {args.rounds}: component {comp * 1000:.1f} ms, core module {core * 1000:.1f} ms, "
             f"ratio core/component {core / comp:.3f}"
