@@ -229,3 +229,15 @@ def test_many_contexts_with_images_at_once_match_one_at_a_time(vision_nn: WasiNN
         assert list(pool.map(run, prompts)) == expected
     (model,) = [m for m in vision_nn.registry.loaded() if m.params.ctx_size == 256]
     assert model.worker.growths >= 1 and model.worker.context.n_seq >= 8
+
+
+def test_context_shift_after_an_image_keeps_generating(vision_nn: WasiNN) -> None:
+    """The image starts at token 32, where the shift leaves the sequence: it must not be decoded again there."""
+    config = {"temp": 0, "n-predict": 60, "ctx-size": 64, "ctx-shift": True, "ignore-eos": True}
+    with vision_nn.session("v", config) as session:
+        session.complete(f"{'a' * 31}{tag(RED)}cd")
+        meta = session.metadata
+        assert (meta["stop_reason"], meta["output_tokens"]) == ("n-predict", 60)
+        (model,) = [m for m in vision_nn.registry.loaded() if m.params.ctx_size == 64]
+        assert model.worker.decoded_tokens == meta["input_tokens"] + 60 - 1, "each token decoded once"
+        assert session.complete("ab cd"), "the context goes on after the shift"

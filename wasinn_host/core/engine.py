@@ -535,6 +535,7 @@ class ModelWorker:
         self.context.seq_shift(slot.seq_id, n_keep, n_discard)
         del slot.kv[n_keep : n_keep + n_discard]
         del job.tokens[n_keep : n_keep + n_discard]
+        job.images = {}  # all decoded by now, and their start indices no longer hold
         return True
 
     def _finish(self, job: Job, reason: StopReason, message: str = "", kind: ErrorKind | None = None) -> None:
