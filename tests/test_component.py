@@ -117,6 +117,12 @@ def test_hayride_options_tensor_gets_one_output_named_Output(nn: WasiNN, tmp_pat
     ]
 
 
+def test_embedding_model_returns_an_fp32_vector(nn: WasiNN, tmp_path: pathlib.Path) -> None:
+    lines = probe(nn, tmp_path, "name", 'succ {"embedding": true}', "ctx", "compute", "1", "prompt", "4", "-", "a")
+    assert lines[:4] == ["graph ok", "ctx ok", "outputs 2", "output FP32 [384] 1536"]
+    assert metadata_of(lines[4])["output_tokens"] == 0
+
+
 ERRORS = [
     # (commands, expected line) -- every line is "error CODE MESSAGE", MESSAGE = what the log says
     (("name", "nope"), "error not-found load-by-name: model name 'nope' is not preloaded; known names: "),

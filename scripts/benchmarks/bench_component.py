@@ -12,6 +12,9 @@ Two measurements in one run:
    between that run and a run with no round trips, divided by ``--count``; with the fast path
    (``wasinn_host.wit.fast_calls``) and without it (wasmtime-py's element-by-element conversion).
 
+3. **Start-up**: compiling each guest against loading it from a warm compile cache
+   (``wasinn_host.compile_cache``; ``--startup X.wasm`` adds another guest).
+
 Usage::
 
     python scripts/benchmarks/bench_component.py [--model PATH] [--rounds N] [--size BYTES] [--count N]
@@ -34,6 +37,8 @@ import wasmtime
 import wasmtime.component as cm
 
 from wasinn_host import RunOptions, WasiNN
+from wasinn_host.compile_cache import CompileCache
+from wasinn_host.host import COMPONENT_HEADER
 from wasinn_host.wit.imports import WitNNImports
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,28 +81,64 @@ def round_trip_ms(nn: WasiNN, size: int, count: int, fast: bool) -> float:
     return (full - base) * 1000.0 / count
 
 
-def generation(nn: WasiNN, name: str, prompt: str, n_predict: int, rounds: int) -> tuple[float, float]:
-    """Median seconds of a whole run (instantiate, generate, exit) of the component guest and of the
-    core-module guest, each compiled once, generating the same ``n_predict`` tokens."""
+def generation(nn: WasiNN, name: str, prompt: str, n_predict: int, rounds: int) -> dict[str, tuple[float, float]]:
+    """Per guest kind, the median seconds of a whole run (instantiate, generate, exit) and the median
+    host overhead (the run less the prompt and generation time its metadata reports).
+
+    The component guest and the core-module guest, each compiled once, generate the same
+    ``n_predict`` tokens; their order alternates from round to round.
+    """
     component = nn.load_guest(COMPONENTS / "nn_complete.wasm")
     module = nn.load_guest(ROOT / "guest_examples" / "complete.wasm")
-    quiet = RunOptions(stdout=os.devnull, stderr=os.devnull)
-    core_options = RunOptions(env={"n_predict": str(n_predict)}, stdout=os.devnull, stderr=os.devnull)
-    component_args = [name, prompt, json.dumps({"n-predict": n_predict})]
-    comp_times, core_times = [], []
+    runs = {
+        "component": (component, [name, prompt, json.dumps({"n-predict": n_predict})], {}),
+        "core module": (module, [name, prompt], {"n_predict": str(n_predict)}),
+    }
+    times: dict[str, list[tuple[float, float]]] = {kind: [] for kind in runs}
+    with tempfile.TemporaryDirectory() as tmp:
+        err = str(Path(tmp) / "stderr")
 
-    def timed(guest: object, args: list[str], options: RunOptions) -> float:
-        start = time.perf_counter()
-        if nn.run(guest, args, options) != 0:  # type: ignore[arg-type]
-            raise SystemExit(f"guest failed: {args}")
-        return time.perf_counter() - start
+        def timed(kind: str) -> tuple[float, float]:
+            guest, args, env = runs[kind]
+            options = RunOptions(env=env, stdout=os.devnull, stderr=err)
+            start = time.perf_counter()
+            if nn.run(guest, args, options) != 0:  # type: ignore[arg-type]
+                raise SystemExit(f"{kind} guest failed")
+            wall = time.perf_counter() - start
+            meta = json.loads(Path(err).read_text().splitlines()[-1])
+            return wall, wall - (meta["prompt_ms"] + meta["generation_ms"]) / 1000
 
-    timed(component, component_args, quiet)  # warm the model
-    timed(module, [name, prompt], core_options)
-    for _ in range(rounds):
-        comp_times.append(timed(component, component_args, quiet))
-        core_times.append(timed(module, [name, prompt], core_options))
-    return statistics.median(comp_times), statistics.median(core_times)
+        for kind in runs:  # warm the model
+            timed(kind)
+        for i in range(rounds):
+            for kind in runs if i % 2 == 0 else reversed(list(runs)):
+                times[kind].append(timed(kind))
+    return {k: (statistics.median(t[0] for t in v), statistics.median(t[1] for t in v)) for k, v in times.items()}
+
+
+def startup_ms(engine: wasmtime.Engine, path: Path, rounds: int = 5) -> tuple[float, float]:
+    """Median milliseconds to get a compiled guest: compiling it, and loading it from a warm compile cache."""
+    wasm = path.read_bytes()
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = CompileCache(engine, Path(tmp))
+        load = cache.component if wasm.startswith(COMPONENT_HEADER) else cache.module
+        load(wasm)  # fill the cache
+        cold, warm = [], []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            _compile(engine, wasm)
+            cold.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            load(wasm)
+            warm.append(time.perf_counter() - start)
+        assert cache.hits == rounds
+    return statistics.median(cold) * 1000, statistics.median(warm) * 1000
+
+
+def _compile(engine: wasmtime.Engine, wasm: bytes) -> object:
+    if wasm.startswith(COMPONENT_HEADER):
+        return cm.Component(engine, wasm)
+    return wasmtime.Module(engine, wasm)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--size", type=int, default=1 << 20)
     parser.add_argument("--count", type=int, default=10)
+    parser.add_argument("--startup", action="append", default=[], help="also time compiling this .wasm")
     parser.add_argument("--slow-count", type=int, default=1, help="round trips without the fast path")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -118,14 +160,19 @@ def main(argv: list[str] | None = None) -> int:
             model = Path(tmp) / "successor.gguf"
             write_successor_model(model)
         nn = WasiNN(preload=[f"bench:GGML:AUTO:{model}"])
+        for guest in [*args.startup, COMPONENTS / "nn_complete.wasm", ROOT / "guest_examples" / "complete.wasm"]:
+            cold, warm = startup_ms(nn.engine, Path(guest))
+            print(f"start-up of {Path(guest).name}: compile {cold:.1f} ms, from the compile cache {warm:.1f} ms")
         fast = round_trip_ms(nn, args.size, args.count, fast=True)
         slow = round_trip_ms(nn, args.size, args.slow_count, fast=False)
         print(f"round trip of {args.size} bytes in + {args.size} out: {fast:.1f} ms fast path, {slow:.0f} ms without")
-        comp, core = generation(nn, "bench", args.prompt, args.n_predict, args.rounds)
-        print(
-            f"generation, median of {args.rounds}: component {comp * 1000:.1f} ms, core module {core * 1000:.1f} ms, "
-            f"ratio core/component {core / comp:.3f}"
-        )
+        result = generation(nn, "bench", args.prompt, args.n_predict, args.rounds)
+        for kind, (wall, overhead) in result.items():
+            print(
+                f"{kind}: {args.n_predict} tokens, whole run {wall * 1000:.1f} ms (host overhead {overhead * 1000:.2f} ms)"
+            )
+        ratio = result["core module"][0] / result["component"][0]
+        print(f"speed ratio component/core (core time / component time, median of {args.rounds}): {ratio:.3f}")
         nn.close()
     return 0
 

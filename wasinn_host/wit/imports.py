@@ -26,7 +26,7 @@ import wasmtime
 from wasmtime import component as cm
 
 from ..backend.protocol import Backend
-from ..core.config import EMPTY_CONFIG
+from ..core.config import EMPTY_CONFIG, parse_config
 from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.limits import Limits
 from ..core.preload import Target
@@ -260,13 +260,22 @@ class WitNNImports:
         return _own(GRAPH, state.add_graph(self.backend.load_bytes(builders[0], config)))
 
     def load_by_name(self, state: ComponentState, name: str) -> cm.ResourceHost:
-        """``load-by-name(name)``: a model the host preloaded under ``name`` (allow-list applies)."""
+        """``load-by-name(name)``: a model the host preloaded under ``name`` (allow-list applies).
+
+        The WIT has no config here, so load-time keys may follow the name as JSON:
+        ``load-by-name("default {\"embedding\": true}")`` (what ``load_by_name_with_config`` does
+        for a core module).
+        """
+        config = EMPTY_CONFIG
+        if "{" in name:
+            name, text = name[: name.index("{")].strip(), name[name.index("{") :]
+            config = parse_config(text)
         state.check_name(name)
         if len(state.graphs) >= self.limits.max_graphs_per_store:
             raise self.limits.refuse(
                 ErrorKind.BUSY, "load-by-name", "max_graphs_per_store", self.limits.max_graphs_per_store
             )
-        return _own(GRAPH, state.add_graph(self.backend.load_by_name(name, EMPTY_CONFIG)))
+        return _own(GRAPH, state.add_graph(self.backend.load_by_name(name, config)))
 
     def init_execution_context(self, state: ComponentState, graph: int) -> cm.ResourceHost:
         """``[method]graph.init-execution-context()``: a new conversation on the graph."""
