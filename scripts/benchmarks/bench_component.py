@@ -168,9 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"round trip of {args.size} bytes in + {args.size} out: {fast:.1f} ms fast path, {slow:.0f} ms without")
         result = generation(nn, "bench", args.prompt, args.n_predict, args.rounds)
         for kind, (wall, overhead) in result.items():
-            print(
-                f"{kind}: {args.n_predict} tokens, whole run {wall * 1000:.1f} ms (host overhead {overhead * 1000:.2f} ms)"
-            )
+            print(f"{kind}: {args.n_predict} tokens, run {wall * 1000:.1f} ms, host overhead {overhead * 1000:.2f} ms")
         ratio = result["core module"][0] / result["component"][0]
         print(f"speed ratio component/core (core time / component time, median of {args.rounds}): {ratio:.3f}")
         nn.close()
