@@ -102,7 +102,7 @@ def generation(nn: WasiNN, name: str, prompt: str, n_predict: int, rounds: int) 
             guest, args, env = runs[kind]
             options = RunOptions(env=env, stdout=os.devnull, stderr=err)
             start = time.perf_counter()
-            if nn.run(guest, args, options) != 0:  # type: ignore[arg-type]
+            if nn.run(guest, args, options) != 0:
                 raise SystemExit(f"{kind} guest failed")
             wall = time.perf_counter() - start
             meta = json.loads(Path(err).read_text().splitlines()[-1])
