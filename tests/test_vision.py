@@ -12,6 +12,8 @@ import concurrent.futures
 import json
 import pathlib
 import struct
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -241,3 +243,52 @@ def test_context_shift_after_an_image_keeps_generating(vision_nn: WasiNN) -> Non
         (model,) = [m for m in vision_nn.registry.loaded() if m.params.ctx_size == 64]
         assert model.worker.decoded_tokens == meta["input_tokens"] + 60 - 1, "each token decoded once"
         assert session.complete("ab cd"), "the context goes on after the shift"
+
+
+# -- wasinn run: --nn-mmproj, --dir and a C guest configured from its environment -------------
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def wasinn_run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "wasinn_host", "run", *args],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        cwd=ROOT,
+        timeout=120,
+    )
+
+
+def test_wasinn_run_serves_images_to_a_guest_configured_from_its_environment(
+    vision_nn: WasiNN, vision_files: tuple[pathlib.Path, pathlib.Path], photos: pathlib.Path
+) -> None:
+    text, projector = vision_files
+
+    def run(image: str, prompt: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        config = json.dumps({**GREEDY, "image": image, "mmproj": projector.name})
+        return wasinn_run(
+            f"--nn-preload=v:GGML:AUTO:{text}",
+            f"--nn-mmproj=v:{projector}",
+            f"--dir={photos}::/data",
+            f"--env=WASINN_CONFIG={config}",
+            *extra,
+            "guest_examples/complete.wasm",
+            "v",
+            prompt,
+        )
+
+    red, blue = run("/data/red.png", "ab  cd"), run("/data/blue.png", "ab  cd")
+    assert red.returncode == 0, red.stderr
+    assert red.stdout.rstrip("\n") == answer(vision_nn, f"{tag(RED)}ab  cd")[0]
+    assert blue.returncode == 0 and blue.stdout != red.stdout
+    assert f'"input_tokens":{1 + 6 + IMAGE_TOKENS}' in red.stderr.replace(" ", ""), "the metadata counts the image"
+    outside = run("/etc/hostname", "ab  cd")
+    assert outside.returncode != 0 and "outside the guest's preopened directories" in outside.stderr
+
+
+def test_nn_mmproj_must_name_a_preloaded_model() -> None:
+    result = wasinn_run("--nn-preload=v:GGML:AUTO:m.gguf", "--nn-mmproj=w:p.gguf", "guest_examples/complete.wasm")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "wasinn: error: --nn-mmproj 'w:p.gguf': 'w' is not a --nn-preload name"

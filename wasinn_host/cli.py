@@ -26,6 +26,7 @@ from .cli_options import (
     limits_from,
     read_pem,
     warn_missing_models,
+    with_projectors,
 )
 from .core.errors import WasiNNError
 from .core.preload import Preload, PreloadError, parse_preload
@@ -184,7 +185,7 @@ def run_command(ns: argparse.Namespace) -> int:
     except OSError as exc:
         return fail(f"--log-file {ns.log_file!r}: {exc.strerror}")
     try:
-        preloads = [parse_preload(spec) for spec in ns.nn_preload]
+        preloads = with_projectors([parse_preload(spec) for spec in ns.nn_preload], ns.nn_mmproj)
         dirs = [parse_dir(spec) for spec in ns.dir]
         env = dict(parse_env(spec) for spec in ns.env)
     except (PreloadError, ValueError) as exc:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
 import sys
+from pathlib import Path
 
 from .core.limits import Limits
-from .core.preload import Preload
+from .core.preload import Preload, PreloadError
 
 EXIT_USAGE = 2
 
@@ -22,7 +24,15 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME:ENCODING:TARGET:PATH",
         help="make a GGUF model available to load_by_name(NAME); ENCODING is GGML, TARGET "
-        "cpu|gpu|tpu|auto (GPU offload is the n-gpu-layers config key); repeatable",
+        "cpu|gpu|tpu|auto (gpu and auto offload the layers that fit on a GPU build, see wasinn info; "
+        "the n-gpu-layers config key overrides); repeatable",
+    )
+    parser.add_argument(
+        "--nn-mmproj",
+        action="append",
+        default=[],
+        metavar="NAME:PATH",
+        help="serve the preloaded NAME with this multimodal projector GGUF (images in prompts); repeatable",
     )
     parser.add_argument(
         "--nn-allow",
@@ -125,6 +135,19 @@ def fail(message: str) -> int:
     """Print a one-line user error and return the usage exit code."""
     print(f"wasinn: error: {message}", file=sys.stderr)
     return EXIT_USAGE
+
+
+def with_projectors(preloads: list[Preload], specs: list[str]) -> list[Preload]:
+    """``preloads`` with the ``--nn-mmproj NAME:PATH`` projectors attached (PreloadError if malformed)."""
+    by_name = {p.name: p for p in preloads}
+    for spec in specs:
+        name, sep, path = spec.partition(":")
+        if not sep or not name or not path:
+            raise PreloadError(f"--nn-mmproj {spec!r}: expected NAME:PATH, e.g. default:mmproj.gguf")
+        if name not in by_name:
+            raise PreloadError(f"--nn-mmproj {spec!r}: {name!r} is not a --nn-preload name")
+        by_name[name] = dataclasses.replace(by_name[name], mmproj=Path(path))
+    return [by_name[p.name] for p in preloads]
 
 
 def warn_missing_models(preloads: list[Preload]) -> None:

@@ -135,13 +135,16 @@ class WasiNN:
         """Define ``wasi:nn@0.2.0-rc-2024-10-28`` (graph, tensor, inference, errors) on a component linker."""
         self.wit_imports.add_to_linker(linker)
 
-    def attach(self, store: wasmtime.Store, allowed_models: Iterable[str] | None = None) -> None:
+    def attach(
+        self, store: wasmtime.Store, allowed_models: Iterable[str] | None = None, dirs: Sequence[tuple[str, str]] = ()
+    ) -> None:
         """Give ``store`` its own handle and resource tables, for core modules and components (freed
         with the Store).
 
-        ``allowed_models`` limits which preloaded names this Store may load.
+        ``allowed_models`` limits which preloaded names this Store may load; ``dirs`` are the (host,
+        guest) directories preopened for it, the only places its ``image`` config key may name.
         """
-        self.imports.attach(store, allowed_models)
+        self.imports.attach(store, allowed_models, dirs)
         self.wit_imports.attach(store, allowed_models)
 
     def detach(self, store: wasmtime.Store) -> None:
@@ -236,7 +239,7 @@ class WasiNN:
         if self.interruptible:
             store.set_epoch_deadline(options.deadline_ticks or 2**62)
         store.set_wasi(_wasi_config(module, args, options))
-        self.attach(store)
+        self.attach(store, dirs=options.dirs)
         try:
             check_imports(linker, store, compiled)
             try:

@@ -25,6 +25,7 @@ from .cli_options import (
     limits_from,
     read_pem,
     warn_missing_models,
+    with_projectors,
 )
 from .core.preload import Preload, PreloadError, parse_preload
 from .core.registry import ModelRegistry
@@ -95,7 +96,7 @@ def serve_command(ns: argparse.Namespace) -> int:
     except OSError as exc:
         return fail(f"--log-file {ns.log_file!r}: {exc.strerror}")
     try:
-        preloads = [parse_preload(spec) for spec in ns.nn_preload]
+        preloads = with_projectors([parse_preload(spec) for spec in ns.nn_preload], ns.nn_mmproj)
     except PreloadError as exc:
         return fail(str(exc))
     if not preloads and DEMO_MODEL_PATH.is_file():
