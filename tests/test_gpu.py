@@ -227,6 +227,7 @@ def test_info_json_describes_this_build() -> None:
     assert info["gpu_offload"] is bool(llama_cpp.llama_supports_gpu_offload())
     assert info["gpu_offload"] or "CMAKE_ARGS" in info["gpu_hint"]
     assert info["gpu_offload"] == any(d["type"] in ("GPU", "IGPU") for d in info["devices"])
+    assert info["multimodal"] is True, "llama-cpp-python 0.3.36 ships libmtmd"
 
 
 @cpu_build
@@ -239,6 +240,7 @@ def test_info_text_says_whether_offload_works() -> None:
     assert any(line.startswith("backends") and "CPU" in line for line in lines)
     assert any(line.startswith("GPU offload") and "no: this build runs on the CPU only" in line for line in lines)
     assert 'CMAKE_ARGS="-DGGML_CUDA=on"' in result.stdout
+    assert any(line.startswith("multimodal") and "yes" in line for line in lines)
 
 
 def test_info_usage_error_is_one_line_and_exit_code_2() -> None:

@@ -66,11 +66,22 @@ def collect_info() -> dict[str, Any]:
             for d in devices.devices()
         ],
         "gpu_offload": offload,
+        "multimodal": _has_libmtmd(),
         "system_info": (llama_cpp.llama_print_system_info() or b"").decode("utf-8", "replace").strip(),
     }
     if not offload:
         info["gpu_hint"] = GPU_BUILD_HINT
     return info
+
+
+def _has_libmtmd() -> bool:
+    """Whether llama-cpp-python's libmtmd (images through a projector) loads."""
+    try:
+        from llama_cpp import mtmd_cpp
+
+        return bool(mtmd_cpp.mtmd_default_marker())
+    except (ImportError, OSError, AttributeError):
+        return False
 
 
 def _gib(n: int) -> str:
@@ -100,6 +111,7 @@ def format_text(info: dict[str, Any]) -> str:
     else:
         lines.append("GPU offload       no: this build runs on the CPU only")
         lines.append(f"                  to use a GPU, {info['gpu_hint']}")
+    lines.append(f"multimodal        {'yes (libmtmd)' if info['multimodal'] else 'no: libmtmd is missing'}")
     lines.append(f"system info       {info['system_info']}")
     return "\n".join(lines)
 

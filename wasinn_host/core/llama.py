@@ -178,7 +178,8 @@ class LlamaModel:
             try:
                 with capture_llama_log():
                     threads = params.threads if params.threads > 0 else default_threads()
-                    self.vision = Vision(Path(params.mmproj), model, threads, _route_llama_log)
+                    on_gpu = self.n_gpu_layers != 0 and devices.can_offload()  # the projector follows the model
+                    self.vision = Vision(Path(params.mmproj), model, threads, _route_llama_log, on_gpu)
             except BaseException:
                 self.close()
                 raise

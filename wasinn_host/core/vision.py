@@ -54,12 +54,14 @@ class ImagePrompt:
 class Vision:
     """A loaded projector bound to its text model (thread-safe: one lock around libmtmd)."""
 
-    def __init__(self, mmproj: Path, model_ptr: Any, threads: int, log_callback: Any = None) -> None:
+    def __init__(
+        self, mmproj: Path, model_ptr: Any, threads: int, log_callback: Any = None, use_gpu: bool = False
+    ) -> None:
         if log_callback is not None:  # libmtmd logs on its own, not through llama.cpp's callback
             mtmd.mtmd_log_set(log_callback, ctypes.c_void_p(0))
             mtmd.mtmd_helper_log_set(log_callback, ctypes.c_void_p(0))
         params = mtmd.mtmd_context_params_default()
-        params.use_gpu = False
+        params.use_gpu = use_gpu
         params.n_threads = threads
         params.warmup = False
         params.print_timings = False
