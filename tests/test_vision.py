@@ -292,3 +292,33 @@ def test_nn_mmproj_must_name_a_preloaded_model() -> None:
     result = wasinn_run("--nn-preload=v:GGML:AUTO:m.gguf", "--nn-mmproj=w:p.gguf", "guest_examples/complete.wasm")
     assert result.returncode == 2
     assert result.stderr.strip() == "wasinn: error: --nn-mmproj 'w:p.gguf': 'w' is not a --nn-preload name"
+
+
+@pytest.mark.parametrize("base64", ["0", "1"])
+def test_llava_guest_with_the_image_key_or_inline_base64(
+    base64: str, vision_nn: WasiNN, vision_files: tuple[pathlib.Path, pathlib.Path], photos: pathlib.Path
+) -> None:
+    """guest_examples/llava.wasm does what WasmEdge's llava (image key, one compute) and llava-base64-stream
+    (the file read by the guest, sent inline, streamed) examples do; both give the host's answer."""
+    text, projector = vision_files
+
+    def run(image: str) -> subprocess.CompletedProcess[str]:
+        env = [f"--env=image={image}", f"--env=mmproj={projector.name}", f"--env=base64={base64}"]
+        return wasinn_run(
+            f"--nn-preload=v:GGML:AUTO:{text}",
+            f"--nn-mmproj=v:{projector}",
+            f"--dir={photos}::/data",
+            *env,
+            "--env=temp=0",
+            "--env=n_predict=8",
+            "guest_examples/llava.wasm",
+            "v",
+            "what is it?",
+        )
+
+    red, blue = run("/data/red.png"), run("/data/blue.png")
+    assert red.returncode == 0, red.stderr
+    assert red.stdout.rstrip("\n") == answer(vision_nn, f"USER: {tag(RED)}\nwhat is it?\nASSISTANT:")[0]
+    assert blue.returncode == 0 and blue.stdout != red.stdout
+    missing = run("/data/none.png")
+    assert missing.returncode == 1 and missing.stdout == ""
