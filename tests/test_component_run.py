@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pathlib
 import subprocess
@@ -98,3 +99,12 @@ def test_committed_component_guests_match_a_fresh_build() -> None:
         check=False,
     )
     assert proc.returncode == 0, f"run `python scripts/tools/build_components.py`\n{proc.stdout}\n{proc.stderr}"
+
+
+def test_timeout_stops_a_runaway_component_and_frees_its_context(tmp_path: pathlib.Path) -> None:
+    probe = GUESTS / "components" / "nn_probe.wasm"
+    result = wasinn_run(tmp_path, "--timeout", "0.5", "--status", str(probe), "name", "default", "ctx", "spin")
+    assert (result.returncode, result.stdout) == (134, "graph ok\nctx ok\n")
+    assert "wasinn: error: the guest was stopped by --timeout 0.5s" in result.stderr
+    status = json.loads(next(line for line in result.stderr.splitlines() if line.startswith("{")))
+    assert status["sessions"]["component_stores"] == 0 and status["sessions"]["component_execution_contexts"] == 0

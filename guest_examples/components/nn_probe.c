@@ -13,6 +13,7 @@
  *                          (the data's length)                     -> "outputs N" then one line
  *                          per output "NAME TY [DIMS] DATA" (FP32: the byte count) | ERROR
  *   big N                  compute with a prompt of N bytes of 'a' -> as compute
+ *   spin                   loop forever (for --timeout)
  * ERROR is "error CODE MESSAGE".  Exit 0 after the last command, 1 on a malformed command.
  */
 #include "nn_component.h"
@@ -153,6 +154,9 @@ int32_t run(void) {
             for (size_t k = 0; k < n; k++) big[k] = 'a';
             named_tensor_t inputs[1] = {{{"prompt", 6}, u8_tensor(big, n)}};
             compute_line(ctx, inputs, 1);
+        } else if (same(cmd, "spin")) {
+            volatile uint32_t spins = 0;
+            for (;;) spins++;
         } else {
             err_s("nn_probe: bad command\n");
             return 1;
