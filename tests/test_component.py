@@ -7,6 +7,7 @@ import json
 import logging
 import pathlib
 import threading
+import time
 
 import pytest
 import wasmtime
@@ -309,3 +310,17 @@ def test_component_and_core_module_at_once_decode_in_one_batch(
     assert model["decode_calls"] < model["decoded_tokens"] - 300  # most steps decoded both sequences at once
     nn.close()
     registry.close()
+
+
+def test_idle_contexts_are_freed(registry: ModelRegistry, tmp_path: pathlib.Path) -> None:
+    nn = WasiNN(registry=registry, limits=Limits(idle_timeout_ms=50))
+    store = wasmtime.Store(nn.engine)
+    nn.attach(store)
+    _instantiate_probe(nn, store, ["name", "succ", "ctx", "compute", "1", "prompt", "4", "-", "ab"], tmp_path / "o")
+    (state,) = nn.wit_imports.states()
+    deadline = time.monotonic() + 30
+    while state.contexts and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert state.live() == {"tensor": 0, "graph": 1, "graph-execution-context": 0, "error": 0}
+    assert nn.imports.contexts_alive.value == 0
+    nn.detach(store)

@@ -30,6 +30,7 @@ from ..core.config import EMPTY_CONFIG, parse_config
 from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.limits import Limits
 from ..core.preload import Target
+from ..ephemeral.imports import _IdleReaper
 from ..ephemeral.metadata import metadata_json
 from ..ephemeral.store_state import ContextCounter
 from . import fast_calls
@@ -91,6 +92,9 @@ class WitNNImports:
         self._states: dict[int, ComponentState] = {}
         self._lock = threading.Lock()
         self._warned_unattached = False
+        if self.limits.idle_timeout_ms > 0:
+            # the core front end's reaper thread serves any object with ``limits`` and ``reap_idle``
+            _IdleReaper.watch(self)  # type: ignore[arg-type]
 
     # -- Store bookkeeping ---------------------------------------------------------
 
@@ -318,6 +322,18 @@ class WitNNImports:
             "component_graphs": sum(len(s.graphs) for s in states),
             "component_tensors": sum(len(s.tensors) for s in states),
         }
+
+    def reap_idle(self) -> None:
+        """Free the execution contexts unused for ``idle_timeout_ms`` in every Store."""
+        idle = self.limits.idle_timeout_ms / 1000.0
+        for state in self.states():
+            reaped = state.reap_idle(idle)
+            if reaped:
+                log.info(
+                    "freed %d component execution contexts idle for more than idle_timeout_ms=%d",
+                    reaped,
+                    self.limits.idle_timeout_ms,
+                )
 
     def cancel_all(self) -> None:
         """Abort every component computation in flight."""

@@ -8,6 +8,7 @@ the Store going away calls :meth:`ComponentState.close`, which frees whatever th
 from __future__ import annotations
 
 import threading
+import time
 from typing import Iterable, TypeVar
 
 from ..backend.protocol import BackendContext, BackendGraph
@@ -41,6 +42,8 @@ class ComponentState:
         self._context_graph: dict[int, BackendGraph] = {}
         """The graph each context was opened on: a graph the guest dropped is closed after its last context."""
         self._dropped_graphs: list[BackendGraph] = []
+        self._touched: dict[int, float] = {}
+        """When a guest call last named each context."""
         self.closed = False
 
     def _add(self, table: dict[int, T], item: T) -> int:
@@ -94,12 +97,30 @@ class ComponentState:
             )
         rep = self._add(self.contexts, graph.open_context())
         self._context_graph[rep] = graph
+        self._touched[rep] = time.monotonic()
         self._counter.add(1)
         return rep
 
     def context(self, rep: int) -> BackendContext:
-        """The execution context behind ``rep``."""
-        return self._get(self.contexts, rep, "execution context")
+        """The execution context behind ``rep`` (marked as just used)."""
+        context = self._get(self.contexts, rep, "execution context")
+        self._touched[rep] = time.monotonic()
+        return context
+
+    def reap_idle(self, idle_seconds: float) -> int:
+        """Free the contexts unused for ``idle_seconds`` (never one computing); return how many.
+
+        The guest's handle stays valid as a handle; using it is then an invalid argument, as a reaped
+        context is for a core module."""
+        now = time.monotonic()
+        stale = [
+            rep
+            for rep, context in list(self.contexts.items())
+            if not context.busy and now - max(self._touched.get(rep, 0.0), context.last_used) > idle_seconds
+        ]
+        for rep in stale:
+            self.drop(CONTEXT, rep)
+        return len(stale)
 
     def add_error(self, code: ErrorCode, data: str) -> int:
         """A new error resource's rep."""
@@ -131,6 +152,7 @@ class ComponentState:
         elif kind == CONTEXT:
             context = self.contexts.pop(rep, None)
             self._context_graph.pop(rep, None)
+            self._touched.pop(rep, None)
             if context is not None:
                 self._counter.add(-1)
                 context.close()
