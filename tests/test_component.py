@@ -288,14 +288,22 @@ def test_component_and_core_module_at_once_decode_in_one_batch(
     nn = WasiNN(registry=registry)
     results: dict[str, tuple[int, str]] = {}
 
+    def core_running() -> bool:
+        models = nn.status()["models"]
+        return bool(models) and models[0]["running"] == 1
+
     def component() -> None:
-        lines = probe(nn, tmp_path, "name", "succ", "ctx", "compute", "2", "prompt", "4", "-", "0",
-                      "metadata", "4", "-", '{"n-predict": 300}')  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not core_running():  # start while the core module is generating
+            assert time.monotonic() < deadline, "the core module never started generating"
+            time.sleep(0.001)
+        lines = probe(nn, tmp_path, "name", "succ", "ctx", "compute", "2", "prompt", "4", "-", "5",
+                      "metadata", "4", "-", '{"n-predict": 100}')  # fmt: skip
         results["component"] = (0, lines[3])
 
     def core() -> None:
         out = tmp_path / "core.out"
-        options = RunOptions(env={"n_predict": "300"}, stdout=str(out), stderr=str(tmp_path / "core.err"))
+        options = RunOptions(env={"n_predict": "480"}, stdout=str(out), stderr=str(tmp_path / "core.err"))
         results["core"] = (nn.run(GUESTS / "complete.wasm", ["succ", "0"], options), out.read_text())
 
     threads = [threading.Thread(target=component), threading.Thread(target=core)]
@@ -303,11 +311,14 @@ def test_component_and_core_module_at_once_decode_in_one_batch(
         t.start()
     for t in threads:
         t.join(300)
-    text = successor_text("0", 300)
-    assert results == {"component": (0, f"output U8 [300] {text}"), "core": (0, text + "\n")}
+    assert results == {
+        "component": (0, f"output U8 [100] {successor_text('5', 100)}"),
+        "core": (0, successor_text("0", 480) + "\n"),
+    }
     (model,) = nn.status()["models"]
     assert model["sequences_high_water"] == 2
-    assert model["decode_calls"] < model["decoded_tokens"] - 300  # most steps decoded both sequences at once
+    # the component's 100 tokens were decoded in the core module's steps (a few steps of slack)
+    assert model["decode_calls"] <= model["decoded_tokens"] - 95
     nn.close()
     registry.close()
 

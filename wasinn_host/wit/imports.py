@@ -92,16 +92,13 @@ class WitNNImports:
         self._states: dict[int, ComponentState] = {}
         self._lock = threading.Lock()
         self._warned_unattached = False
-        if self.limits.idle_timeout_ms > 0:
-            # the core front end's reaper thread serves any object with ``limits`` and ``reap_idle``
-            _IdleReaper.watch(self)  # type: ignore[arg-type]
 
     # -- Store bookkeeping ---------------------------------------------------------
 
     def attach(self, store: wasmtime.Store, allowed: Iterable[str] | None = None) -> ComponentState:
         """Give ``store`` its resource tables, freed with the Store (or by :meth:`detach`)."""
         key = store_key(store)
-        state = ComponentState(self.limits, self.contexts_alive, allowed if allowed is not None else self.allowed)
+        state = self._new_state(allowed if allowed is not None else self.allowed)
         with self._lock:
             old = self._states.pop(key, None)
             self._states[key] = state
@@ -109,6 +106,12 @@ class WitNNImports:
             old.close()
         weakref.finalize(store, self._drop, key, state)
         return state
+
+    def _new_state(self, allowed: frozenset[str] | Iterable[str] | None) -> ComponentState:
+        if self.limits.idle_timeout_ms > 0:
+            # the core front end's reaper thread serves any object with ``limits`` and ``reap_idle``
+            _IdleReaper.watch(self)  # type: ignore[arg-type]
+        return ComponentState(self.limits, self.contexts_alive, allowed)
 
     def detach(self, store: wasmtime.Store) -> None:
         """Free ``store``'s resources now."""
@@ -132,12 +135,12 @@ class WitNNImports:
         state = self._states.get(key)
         if state is None:
             with self._lock:
-                state = self._states.setdefault(key, ComponentState(self.limits, self.contexts_alive, self.allowed))
+                state = self._states.setdefault(key, self._new_state(self.allowed))
             if not self._warned_unattached:
                 self._warned_unattached = True
                 log.warning(
-                    "a Store not attached with WasiNN.attach_component() called wasi:nn; "
-                    "its resources are kept until WasiNN.detach_component()"
+                    "a Store not attached with WasiNN.attach() called wasi:nn; "
+                    "its resources are kept until WasiNN.detach()"
                 )
         return state
 
