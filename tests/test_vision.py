@@ -322,3 +322,23 @@ def test_llava_guest_with_the_image_key_or_inline_base64(
     assert blue.returncode == 0 and blue.stdout != red.stdout
     missing = run("/data/none.png")
     assert missing.returncode == 1 and missing.stdout == ""
+
+
+def test_a_gemma3_style_projector_decodes_its_image_non_causally(tmp_path: pathlib.Path) -> None:
+    """Gemma 3's projector: libmtmd decodes the image tokens with non-causal attention inside this host's
+    multi-sequence context; the image still decides the answer, and text decoding stays causal after it."""
+    text, projector = write_vision_model(tmp_path, kind="gemma3")
+    registry = ModelRegistry([Preload("g", text, mmproj=projector)])
+    try:
+        nn = WasiNN(registry=registry)
+        red, blue = answer(nn, f"ab {tag(RED)} cd", "g"), answer(nn, f"ab {tag(BLUE)} cd", "g")
+        assert red[0] != blue[0] and answer(nn, f"ab {tag(RED)} cd", "g")[0] == red[0]
+        assert red[1]["input_tokens"] - answer(nn, "ab  cd", "g")[1]["input_tokens"] > IMAGE_TOKENS, (
+            "16 image tokens plus Gemma 3's <start_of_image> / <end_of_image> text"
+        )
+        with nn.session("g", GREEDY) as session:  # a follow-up turn reuses the image's cells
+            first = session.complete(f"ab {tag(RED)} cd")
+            session.complete(f"ab {tag(RED)} cd{first} more")
+            assert session.metadata["reused_tokens"] >= red[1]["input_tokens"]
+    finally:
+        registry.close()

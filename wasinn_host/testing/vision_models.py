@@ -6,7 +6,9 @@ text models: ``text.gguf``, a seeded random llama (64-wide, 2 layers, the succes
 over 8x8 patches of a 32x32 image, then the two-layer MLP ``mm.0`` / ``mm.2`` into the text model's
 64-wide embedding space) that llama.cpp's libmtmd loads.  An image becomes 16 image tokens.  The
 weights are random, so the greedy continuation of a prompt depends on the image's pixels: a
-different image gives a different answer, the same image the same answer.
+different image gives a different answer, the same image the same answer.  ``kind="gemma3"``
+writes a Gemma 3-style projector instead (SigLIP encoder, RMS norm and input projection, image
+tokens decoded with non-causal attention).
 
 :func:`png_bytes` encodes an RGB image as PNG (stored zlib, no dependencies) for tests.
 """
@@ -30,16 +32,33 @@ IMAGE_TOKENS = (IMAGE_SIZE // PATCH_SIZE) ** 2
 
 
 def write_projector(
-    path: str | os.PathLike[str], *, n_embd_text: int = TEXT_EMBD, n_embd: int = 32, n_ff: int = 64, seed: int = 0
+    path: str | os.PathLike[str],
+    *,
+    kind: str = "llava",
+    n_embd_text: int = TEXT_EMBD,
+    n_embd: int = 32,
+    n_ff: int = 64,
+    seed: int = 0,
 ) -> pathlib.Path:
-    """Write the random LLaVA-style CLIP projector to ``path`` (F32); return the path."""
+    """Write a random CLIP projector to ``path`` (F32); return the path.
+
+    ``kind`` "llava": a ViT with a class embedding, then the MLP ``mm.0`` / ``mm.2``.  "gemma3": a
+    SigLIP-style ViT (patch bias, no class embedding, ``v.post_ln``), then Gemma 3's RMS norm and
+    input projection, pooling factor 1 (so also 16 image tokens); libmtmd decodes its image tokens
+    with non-causal attention and wraps them in ``<start_of_image>`` / ``<end_of_image>`` text.
+    """
     import gguf
 
+    if kind not in ("llava", "gemma3"):
+        raise ValueError(f"projector kind {kind!r}: expected llava or gemma3")
     rng = np.random.default_rng(seed)
     writer = gguf.GGUFWriter(str(path), "clip")
-    writer.add_string(gguf.Keys.Clip.PROJECTOR_TYPE, "mlp")
+    writer.add_string(gguf.Keys.Clip.PROJECTOR_TYPE, "mlp" if kind == "llava" else "gemma3")
     writer.add_bool(gguf.Keys.Clip.HAS_VISION_ENCODER, True)
-    writer.add_bool(gguf.Keys.Clip.HAS_LLAVA_PROJECTOR, True)
+    if kind == "llava":
+        writer.add_bool(gguf.Keys.Clip.HAS_LLAVA_PROJECTOR, True)
+    else:
+        writer.add_uint32("clip.vision.projector.scale_factor", 1)
     vision = gguf.Keys.ClipVision
     for key, value in (
         (vision.IMAGE_SIZE, IMAGE_SIZE),
@@ -60,8 +79,12 @@ def write_projector(
         writer.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
 
     random("v.patch_embd.weight", n_embd, 3, PATCH_SIZE, PATCH_SIZE)
-    random("v.position_embd.weight", IMAGE_TOKENS + 1, n_embd, scale=0.5)
-    random("v.class_embd", n_embd, scale=0.5)
+    if kind == "llava":
+        random("v.position_embd.weight", IMAGE_TOKENS + 1, n_embd, scale=0.5)
+        random("v.class_embd", n_embd, scale=0.5)
+    else:
+        random("v.patch_embd.bias", n_embd, scale=0.1)
+        random("v.position_embd.weight", IMAGE_TOKENS, n_embd, scale=0.5)
     for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
         random(f"v.blk.0.{name}.weight", n_embd, n_embd)
         random(f"v.blk.0.{name}.bias", n_embd, scale=0.1)
@@ -72,10 +95,16 @@ def write_projector(
     random("v.blk.0.ffn_up.bias", n_ff, scale=0.1)
     random("v.blk.0.ffn_down.weight", n_embd, n_ff)
     random("v.blk.0.ffn_down.bias", n_embd, scale=0.1)
-    random("mm.0.weight", n_embd_text, n_embd, scale=0.5)
-    random("mm.0.bias", n_embd_text, scale=0.5)
-    random("mm.2.weight", n_embd_text, n_embd_text, scale=0.5)
-    random("mm.2.bias", n_embd_text, scale=0.5)
+    if kind == "llava":
+        random("mm.0.weight", n_embd_text, n_embd, scale=0.5)
+        random("mm.0.bias", n_embd_text, scale=0.5)
+        random("mm.2.weight", n_embd_text, n_embd_text, scale=0.5)
+        random("mm.2.bias", n_embd_text, scale=0.5)
+    else:
+        writer.add_tensor("v.post_ln.weight", np.ones(n_embd, np.float32))
+        writer.add_tensor("v.post_ln.bias", np.zeros(n_embd, np.float32))
+        random("mm.input_projection.weight", n_embd, n_embd_text, scale=4.0)
+        writer.add_tensor("mm.soft_emb_norm.weight", np.ones(n_embd, np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -83,13 +112,15 @@ def write_projector(
     return pathlib.Path(path)
 
 
-def write_vision_model(directory: str | os.PathLike[str], seed: int = 0) -> tuple[pathlib.Path, pathlib.Path]:
-    """Write ``text.gguf`` and ``mmproj.gguf`` into ``directory``; return (text model, projector)."""
+def write_vision_model(
+    directory: str | os.PathLike[str], seed: int = 0, kind: str = "llava"
+) -> tuple[pathlib.Path, pathlib.Path]:
+    """Write ``text.gguf`` and ``mmproj.gguf`` (a ``kind`` projector) into ``directory``; return both paths."""
     folder = pathlib.Path(directory)
     text = write_random_model(
         folder / "text.gguf", n_layer=2, n_embd=TEXT_EMBD, n_head=4, n_ff=128, context_length=512, seed=seed, f16=False
     )
-    return text, write_projector(folder / "mmproj.gguf", seed=seed)
+    return text, write_projector(folder / "mmproj.gguf", kind=kind, seed=seed)
 
 
 def png_bytes(width: int, height: int, rgb: bytes | list[int]) -> bytes:
