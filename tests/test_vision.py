@@ -342,3 +342,19 @@ def test_a_gemma3_style_projector_decodes_its_image_non_causally(tmp_path: pathl
             assert session.metadata["reused_tokens"] >= red[1]["input_tokens"]
     finally:
         registry.close()
+
+
+def test_load_from_guest_bytes_refuses_a_projector(
+    vision_nn: WasiNN, vision_files: tuple[pathlib.Path, pathlib.Path]
+) -> None:
+    text, projector = vision_files
+    guest = guest_with_dirs(vision_nn, [])
+    model = text.read_bytes()
+    base = guest.memory.grow(guest.store, len(model) // 0x10000 + 2) * 0x10000
+    guest.write(base, model)
+    config = json.dumps({"mmproj": str(projector)}).encode()
+    guest.write(guest.CONFIG, config)
+    guest.write(guest.NAME, struct.pack("<4I", base, len(model), guest.CONFIG, len(config)))
+    assert guest.call("load", guest.NAME, 2, 6, 0, guest.OUT32) == 1, "guests never pick a host file"
+    guest.write(guest.NAME, struct.pack("<2I", base, len(model)))
+    assert guest.call("load", guest.NAME, 1, 6, 0, guest.OUT32) == 0, "the same bytes without mmproj load"
