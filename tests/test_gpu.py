@@ -247,3 +247,16 @@ def test_info_usage_error_is_one_line_and_exit_code_2() -> None:
     result = wasinn("info", "--bogus")
     assert result.returncode == 2
     assert "unrecognized arguments: --bogus" in result.stderr
+
+
+@cpu_build
+def test_metadata_n_gpu_layers_matching_the_targets_choice_is_not_a_change(
+    target_registry: ModelRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    guest = AbiGuest.create(WasiNN(registry=target_registry))
+    ctx = guest.init(guest.load_by_name("auto")[1])[1]
+    with caplog.at_level(logging.WARNING, logger="wasinn_host"):
+        assert guest.set_input(ctx, 1, '{"n-gpu-layers": 0}') == 0
+        assert not any("n-gpu-layers" in r.getMessage() for r in caplog.records), "0 is what AUTO chose here"
+        assert guest.set_input(ctx, 1, '{"n-gpu-layers": 5}') == 0
+    assert any("n-gpu-layers=5 (loaded with 0)" in r.getMessage() for r in caplog.records)

@@ -120,7 +120,7 @@ class InferenceContext:
         changed = [
             f"{MODEL_KEY_NAMES[k]}={as_json(v)} (loaded with {_loaded_value(self.model, k)})"
             for k, v in config.model.items()
-            if getattr(self.model.params, k) != v
+            if _effective(self.model, k) != v
         ]
         if changed:
             log.warning(
@@ -333,9 +333,17 @@ class InferenceContext:
         self._registry.release(self.model)
 
 
+def _effective(model: LoadedModel, field: str) -> Any:
+    """A load-time parameter of ``model``; for an unset ``n-gpu-layers``, the layers the target chose."""
+    value = getattr(model.params, field)
+    if field == "n_gpu_layers" and value is None:
+        return getattr(model.weights, "n_gpu_layers", 0)
+    return value
+
+
 def _loaded_value(model: LoadedModel, field: str) -> str:
     """The value a load-time key has in ``model``; a 0 that means "the default" says which."""
-    value = getattr(model.params, field)
+    value = _effective(model, field)
     if field == "ctx_size" and value == 0:
         return f"the default ({model.n_ctx_seq})"
     if field in ("threads", "threads_batch") and value <= 0:
