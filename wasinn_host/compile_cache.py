@@ -108,7 +108,7 @@ class CompileCache:
 
     def _write(self, path: Path, payload: bytes) -> None:
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # deserializing trusts these files
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
             with os.fdopen(fd, "wb") as out:
                 out.write(hashlib.sha256(payload).digest())
