@@ -14,7 +14,9 @@ import wasmtime
 import wasmtime.component as cm
 
 from wasinn_host import Limits, ModelRegistry, RunOptions, WasiNN
+from wasinn_host.backend.local import LocalBackend
 from wasinn_host.core.errors import ErrorKind
+from wasinn_host.rpc.server import NNServer, ServeOptions
 from wasinn_host.testing.gguf_models import successor_text, write_successor_model
 from wasinn_host.testing.guest_runs import GUESTS
 from wasinn_host.wit import ErrorCode, error_code_for
@@ -335,3 +337,20 @@ def test_idle_contexts_are_freed(registry: ModelRegistry, tmp_path: pathlib.Path
     assert state.live() == {"tensor": 0, "graph": 1, "graph-execution-context": 0, "error": 0}
     assert nn.imports.contexts_alive.value == 0
     nn.detach(store)
+
+
+def test_components_over_rpc(registry: ModelRegistry, tmp_path: pathlib.Path) -> None:
+    server = NNServer(f"unix:{tmp_path / 'nn.sock'}", LocalBackend(registry, Limits()), options=ServeOptions())
+    server.start()
+    remote = WasiNN(rpc=f"unix://{server.address.unix_path}")
+    try:
+        code, out, err = run_component(remote, tmp_path, "nn_chat", ["succ", "ab", "m"])
+        assert (code, out) == (0, f"{successor_text('ab')}</s>\n{successor_text('m')}</s>\n")
+        assert json.loads(err.splitlines()[1])["reused_tokens"] == 27  # the server kept the conversation's KV
+        lines = probe(remote, tmp_path, "name", "nope", "name", "succ", "ctx", "compute", "2", "q", "4", "-", "m",
+                      "options", "4", "-", '{"max_predict": 3}')  # fmt: skip
+        assert lines[0].startswith("error not-found load-by-name: model name 'nope' is not preloaded")
+        assert lines[1:] == ["graph ok", "ctx ok", "outputs 1", f"Output U8 [3] {successor_text('m', 3)}"]
+    finally:
+        remote.close()
+        server.stop(1)
