@@ -15,10 +15,7 @@ when the module exports no memory.
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import threading
-import weakref
 from typing import Callable, Iterable, Sequence
 
 import wasmtime
@@ -28,6 +25,7 @@ from ..core.config import EMPTY_CONFIG, ParsedConfig, parse_config
 from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.limits import Limits
 from ..core.preload import Encoding, Target
+from ..store_tables import StoreTable
 from .errno import errno_for
 from .guest_memory import U32_MASK, GuestMemory
 from .native_func import GuestTrap, caller_memory, define_i32_func
@@ -57,40 +55,6 @@ SIGNATURES: dict[str, int] = {
 }
 
 
-class _IdleReaper:
-    """One process-wide thread that reaps idle contexts for every live :class:`WasiNNImports`."""
-
-    _targets: "weakref.WeakSet[WasiNNImports]" = weakref.WeakSet()
-    _thread: threading.Thread | None = None
-    _lock = threading.Lock()
-    _wake = threading.Event()
-
-    @classmethod
-    def watch(cls, imports: "WasiNNImports") -> None:
-        with cls._lock:
-            if imports not in cls._targets:
-                cls._targets.add(imports)
-                cls._wake.set()  # a new, maybe shorter, period
-            if cls._thread is None:
-                cls._thread = threading.Thread(target=cls._run, name="wasinn-idle-reaper", daemon=True)
-                cls._thread.start()
-
-    @classmethod
-    def _run(cls) -> None:
-        while True:
-            targets = list(cls._targets)
-            period = min((t.limits.idle_timeout_ms / 4000.0 for t in targets), default=1.0)
-            cls._wake.wait(min(max(period, 0.01), 5.0))
-            cls._wake.clear()
-            for target in targets:
-                target.reap_idle()
-            del targets
-
-
-def _store_key(store: wasmtime.Store) -> int:
-    return ctypes.addressof(store._context().contents)
-
-
 class WasiNNImports:
     """The import functions, bound to a backend; one instance serves any number of Stores.
 
@@ -110,14 +74,16 @@ class WasiNNImports:
         self.legacy_output = legacy_output
         self.allowed = frozenset(allowed) if allowed is not None else None
         self.contexts_alive = ContextCounter()
-        self._states: dict[int, StoreState] = {}
-        self._lock = threading.Lock()
-        self._warned_unattached = False
+        self.stores: StoreTable[StoreState] = StoreTable(
+            self.limits,
+            "execution contexts",
+            "a Store not attached with WasiNN.attach() called wasi_ephemeral_nn; "
+            "its handles are kept until WasiNN.detach()",
+        )
 
     # -- Store bookkeeping ---------------------------------------------------------
 
     def _new_state(self, allowed: Iterable[str] | None = None, dirs: Sequence[tuple[str, str]] = ()) -> StoreState:
-        self._start_reaper()
         return StoreState(self.limits, self.contexts_alive, allowed if allowed is not None else self.allowed, dirs)
 
     def attach(
@@ -128,38 +94,21 @@ class WasiNNImports:
         ``allowed`` limits the model names this Store may load (default: the instance's list);
         ``dirs`` are its preopened (host dir, guest dir) pairs, the only places its ``image`` key may name.
         """
-        key = _store_key(store)
         state = self._new_state(allowed, dirs)
         state.cache_memory = True
-        with self._lock:
-            old = self._states.pop(key, None)
-            self._states[key] = state
-        if old is not None:
-            old.close()
-        weakref.finalize(store, self._drop, key, state)
-        return state
+        return self.stores.put(store, state)
 
     def detach(self, store: wasmtime.Store) -> None:
         """Free a Store's contexts and graphs now."""
-        self._drop(_store_key(store), None)
-
-    def _drop(self, key: int, expected: StoreState | None) -> None:
-        with self._lock:
-            state = self._states.get(key)
-            if state is None or (expected is not None and state is not expected):
-                return
-            del self._states[key]
-        state.close()
+        self.stores.detach(store)
 
     def state_count(self) -> int:
         """The number of Stores with handle tables now."""
-        with self._lock:
-            return len(self._states)
+        return len(self.stores)
 
     def states(self) -> list[StoreState]:
         """The Stores known now."""
-        with self._lock:
-            return list(self._states.values())
+        return self.stores.states()
 
     def sessions_status(self) -> dict[str, int]:
         """The ``sessions`` section of the status: Stores, contexts, graphs and their limits."""
@@ -172,34 +121,12 @@ class WasiNNImports:
             "max_contexts_total": self.limits.max_contexts_total,
         }
 
-    def _start_reaper(self) -> None:
-        if self.limits.idle_timeout_ms > 0:
-            _IdleReaper.watch(self)
-
     def reap_idle(self) -> None:
         """Finalise the execution contexts unused for ``idle_timeout_ms`` in every Store."""
-        idle = self.limits.idle_timeout_ms / 1000.0
-        for state in self.states():
-            reaped = state.reap_idle(idle)
-            if reaped:
-                log.info(
-                    "finalised %d execution contexts idle for more than idle_timeout_ms=%d",
-                    reaped,
-                    self.limits.idle_timeout_ms,
-                )
+        self.stores.reap_idle()
 
     def _state(self, key: int) -> StoreState:
-        state = self._states.get(key)
-        if state is None:
-            with self._lock:
-                state = self._states.setdefault(key, self._new_state())
-            if not self._warned_unattached:
-                self._warned_unattached = True
-                log.warning(
-                    "a Store not attached with WasiNN.attach() called wasi_ephemeral_nn; "
-                    "its handles are kept until WasiNN.detach()"
-                )
-        return state
+        return self.stores.get(key, self._new_state)
 
     @staticmethod
     def _memory(caller: int, context: int, state: StoreState) -> GuestMemory:

@@ -67,7 +67,8 @@ from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.core.errors import WasiNNError
 from wasinn_host.core.limits import Limits
 from wasinn_host.core.params import ModelParams, SamplingParams
-from wasinn_host.ephemeral.imports import SIGNATURES, _store_key
+from wasinn_host.ephemeral.imports import SIGNATURES
+from wasinn_host.store_tables import store_key
 from wasinn_host.testing.abi_guest import PAGE, AbiGuest, abi_guest_wat
 from wasinn_host.testing.gguf_models import SUCCESSOR_VOCAB_SIZE, char_token_id, write_successor_model
 
@@ -487,8 +488,10 @@ class AbiFuzzMachine(RuleBasedStateMachine):
             func = exports[f"nn_{name}"]
             assert isinstance(func, wasmtime.Func)
             self.funcs[name] = func
-        self.key = _store_key(self.store)
-        self.state = env.nn.imports._states[self.key]
+        self.key = store_key(self.store)
+        state = env.nn.imports.stores.lookup(self.key)
+        assert state is not None, "attach() registered the Store"
+        self.state = state
         # what guest memory must hold: every write of ours goes here too; the host may only
         # change the ranges a call names for output (checked, then put back from here)
         self.shadow = bytearray(MEM)
@@ -631,7 +634,7 @@ class AbiFuzzMachine(RuleBasedStateMachine):
     def host_tables_match_the_model(self) -> None:
         """The Store's tables match the model's, and models are referenced exactly as used."""
         state = self.state
-        assert self.nn.imports._states.get(self.key) is state, "the Store's state was replaced or dropped"
+        assert self.nn.imports.stores.lookup(self.key) is state, "the Store's state was replaced or dropped"
         assert set(state.graphs) == self.live_graphs, (sorted(state.graphs), sorted(self.live_graphs))
         assert set(state.contexts) == set(self.live_contexts), (sorted(state.contexts), sorted(self.live_contexts))
         assert state.by_name == self.by_name, (state.by_name, self.by_name)
@@ -650,7 +653,7 @@ class AbiFuzzMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         """Free the Store; no model may stay referenced by it."""
         self.nn.detach(self.store)
-        assert self.key not in self.nn.imports._states
+        assert self.nn.imports.stores.lookup(self.key) is None
         pinned = self.env.pinned
         leftovers = [
             (m.label, m.refs)

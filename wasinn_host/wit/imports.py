@@ -16,10 +16,7 @@ components and core modules share models and decode in the same batches.
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import threading
-import weakref
 from typing import Any, Callable, Iterable
 
 import wasmtime
@@ -30,9 +27,9 @@ from ..core.config import EMPTY_CONFIG, parse_config
 from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.limits import Limits
 from ..core.preload import Target
-from ..ephemeral.imports import _IdleReaper
 from ..ephemeral.metadata import metadata_json
 from ..ephemeral.store_state import ContextCounter
+from ..store_tables import StoreTable, store_key
 from . import fast_calls
 from .error_code import ErrorCode, error_code_for
 from .llm_mapping import answer_tensors, read_request
@@ -55,11 +52,6 @@ ENCODINGS = ("ggml", "autodetect")
 
 
 Storelike = Any  # wasmtime.Store or the StoreContext a host function receives
-
-
-def store_key(store: Storelike) -> int:
-    """The address of a Store's context: the same for the Store and for its callbacks' StoreContext."""
-    return ctypes.addressof(store._context().contents)
 
 
 def _own(kind: str, rep: int) -> cm.ResourceHost:
@@ -89,60 +81,31 @@ class WitNNImports:
         self.limits = limits or Limits()
         self.allowed = frozenset(allowed) if allowed is not None else None
         self.contexts_alive = counter or ContextCounter()
-        self._states: dict[int, ComponentState] = {}
-        self._lock = threading.Lock()
-        self._warned_unattached = False
+        self.stores: StoreTable[ComponentState] = StoreTable(
+            self.limits,
+            "component execution contexts",
+            "a Store not attached with WasiNN.attach() called wasi:nn; its resources are kept until WasiNN.detach()",
+        )
 
     # -- Store bookkeeping ---------------------------------------------------------
 
     def attach(self, store: wasmtime.Store, allowed: Iterable[str] | None = None) -> ComponentState:
         """Give ``store`` its resource tables, freed with the Store (or by :meth:`detach`)."""
-        key = store_key(store)
-        state = self._new_state(allowed if allowed is not None else self.allowed)
-        with self._lock:
-            old = self._states.pop(key, None)
-            self._states[key] = state
-        if old is not None:
-            old.close()
-        weakref.finalize(store, self._drop, key, state)
-        return state
+        return self.stores.put(store, self._new_state(allowed if allowed is not None else self.allowed))
 
     def _new_state(self, allowed: frozenset[str] | Iterable[str] | None) -> ComponentState:
-        if self.limits.idle_timeout_ms > 0:
-            # the core front end's reaper thread serves any object with ``limits`` and ``reap_idle``
-            _IdleReaper.watch(self)  # type: ignore[arg-type]
         return ComponentState(self.limits, self.contexts_alive, allowed)
 
     def detach(self, store: wasmtime.Store) -> None:
         """Free ``store``'s resources now."""
-        self._drop(store_key(store), None)
-
-    def _drop(self, key: int, expected: ComponentState | None) -> None:
-        with self._lock:
-            state = self._states.get(key)
-            if state is None or (expected is not None and state is not expected):
-                return
-            del self._states[key]
-        state.close()
+        self.stores.detach(store)
 
     def states(self) -> list[ComponentState]:
         """The Stores known now."""
-        with self._lock:
-            return list(self._states.values())
+        return self.stores.states()
 
     def _state(self, store: Storelike) -> ComponentState:
-        key = store_key(store)
-        state = self._states.get(key)
-        if state is None:
-            with self._lock:
-                state = self._states.setdefault(key, self._new_state(self.allowed))
-            if not self._warned_unattached:
-                self._warned_unattached = True
-                log.warning(
-                    "a Store not attached with WasiNN.attach() called wasi:nn; "
-                    "its resources are kept until WasiNN.detach()"
-                )
-        return state
+        return self.stores.get(store_key(store), lambda: self._new_state(self.allowed))
 
     # -- registration --------------------------------------------------------------
 
@@ -328,15 +291,7 @@ class WitNNImports:
 
     def reap_idle(self) -> None:
         """Free the execution contexts unused for ``idle_timeout_ms`` in every Store."""
-        idle = self.limits.idle_timeout_ms / 1000.0
-        for state in self.states():
-            reaped = state.reap_idle(idle)
-            if reaped:
-                log.info(
-                    "freed %d component execution contexts idle for more than idle_timeout_ms=%d",
-                    reaped,
-                    self.limits.idle_timeout_ms,
-                )
+        self.stores.reap_idle()
 
     def cancel_all(self) -> None:
         """Abort every component computation in flight."""
