@@ -230,27 +230,15 @@ class WasiNN:
         """
         options = options or RunOptions()
         compiled = self.load_guest(module)
-        if isinstance(compiled, wasmtime.component.Component):
-            return self._run_component(compiled, module, args, options)
-        linker = wasmtime.Linker(self.engine)
-        linker.define_wasi()
-        self.add_to_linker(linker)
         store = wasmtime.Store(self.engine)
         if self.interruptible:
             store.set_epoch_deadline(options.deadline_ticks or 2**62)
         store.set_wasi(_wasi_config(module, args, options))
         self.attach(store, dirs=options.dirs)
         try:
-            check_imports(linker, store, compiled)
-            try:
-                instance = linker.instantiate(store, compiled)
-            except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
-                raise GuestError(f"cannot instantiate the module: {_first_line(exc)}") from None
-            start = instance.exports(store).get("_start")
-            if not isinstance(start, wasmtime.Func):
-                raise GuestError("the module has no _start function (is it a WASI command?)")
-            start(store)
-            return 0
+            if isinstance(compiled, wasmtime.component.Component):
+                return self._run_component(store, compiled)
+            return self._run_module(store, compiled)
         except wasmtime.ExitTrap as exit_trap:
             return exit_trap.code
         except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
@@ -261,39 +249,38 @@ class WasiNN:
             for fd in options.close_fds:
                 os.close(fd)
 
-    def _run_component(
-        self, component: wasmtime.component.Component, source: ModuleSource, args: Sequence[str], options: RunOptions
-    ) -> int:
+    def _run_module(self, store: wasmtime.Store, module: wasmtime.Module) -> int:
+        """Run a command module: WASI preview 1 and ``wasi_ephemeral_nn``, then ``_start``."""
+        linker = wasmtime.Linker(self.engine)
+        linker.define_wasi()
+        self.add_to_linker(linker)
+        check_imports(linker, store, module)
+        try:
+            instance = linker.instantiate(store, module)
+        except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
+            raise GuestError(f"cannot instantiate the module: {_first_line(exc)}") from None
+        start = instance.exports(store).get("_start")
+        if not isinstance(start, wasmtime.Func):
+            raise GuestError("the module has no _start function (is it a WASI command?)")
+        start(store)
+        return 0
+
+    def _run_component(self, store: wasmtime.Store, component: wasmtime.component.Component) -> int:
         """Run a command component: wasi:cli (``add_wasip2``) and wasi:nn, then ``wasi:cli/run``."""
         linker = wasmtime.component.Linker(self.engine)
         linker.add_wasip2()
         self.add_to_component_linker(linker)
-        store = wasmtime.Store(self.engine)
-        if self.interruptible:
-            store.set_epoch_deadline(options.deadline_ticks or 2**62)
-        store.set_wasi(_wasi_config(source, args, options))
-        self.attach(store)
         try:
-            try:
-                instance = linker.instantiate(store, component)
-            except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
-                raise GuestError(f"cannot instantiate the component: {_first_line(exc)}") from None
-            interface = instance.get_export_index(store, RUN_INTERFACE)
-            index = instance.get_export_index(store, "run", interface) if interface is not None else None
-            run = instance.get_func(store, index) if index is not None else None
-            if run is None:
-                raise GuestError(f"the component does not export {RUN_INTERFACE} (is it a command?)")
-            result = run(store)
-            return 0 if result is None or getattr(result, "tag", "ok") == "ok" else 1
-        except wasmtime.ExitTrap as exit_trap:
-            return exit_trap.code
-        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
-            raise GuestError(f"the guest trapped: {_first_line(exc)}") from None
-        finally:
-            self.detach(store)
-            del store
-            for fd in options.close_fds:
-                os.close(fd)
+            instance = linker.instantiate(store, component)
+        except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
+            raise GuestError(f"cannot instantiate the component: {_first_line(exc)}") from None
+        interface = instance.get_export_index(store, RUN_INTERFACE)
+        index = instance.get_export_index(store, "run", interface) if interface is not None else None
+        run = instance.get_func(store, index) if index is not None else None
+        if run is None:
+            raise GuestError(f"the component does not export {RUN_INTERFACE} (is it a command?)")
+        result = run(store)
+        return 0 if result is None or getattr(result, "tag", "ok") == "ok" else 1
 
     def cancel_all(self) -> None:
         """Stop every inference in flight (the guests waiting in ``compute`` get a runtime error)."""
