@@ -24,6 +24,7 @@ from wasinn_host.core.limits import Limits
 from wasinn_host.rpc.endpoint import ClientOptions
 from wasinn_host.rpc.messages import SESSION_KEY, host, host_grpc, nn, nn_grpc
 from wasinn_host.rpc.server import NNServer, ServeOptions
+from wasinn_host.rpc.service import NNService
 from wasinn_host.rpc.targets import TargetError
 from wasinn_host.runner import run_instances
 from wasinn_host.testing.gguf_models import successor_text
@@ -91,6 +92,57 @@ def test_guests_remote_equal_in_process(
 def test_streaming_guest_over_rpc(remote: WasiNN, tmp_path: pathlib.Path) -> None:
     code, out, _ = run_guest(remote, tmp_path, "chat", ["succ"], stdin="hello\n", env={"temp": "0"})
     assert (code, out.splitlines()[0]) == (0, successor_text("hello"))
+
+
+def _count_calls(monkeypatch: pytest.MonkeyPatch, calls: list[str], *methods: str) -> None:
+    """Record every call of these server methods (patched before the server is built)."""
+    for method in methods:
+        original = getattr(NNService, method)
+
+        def counted(self: NNService, request: Any, context: Any, _m: str = method, _f: Any = original) -> Any:
+            calls.append(_m)
+            return _f(self, request, context)
+
+        monkeypatch.setattr(NNService, method, counted)
+
+
+def test_streaming_takes_one_round_trip_per_token(
+    registry: ModelRegistry, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Against wasinn serve, compute_single brings the piece along: no GetOutputSingle call."""
+    calls: list[str] = []
+    _count_calls(monkeypatch, calls, "ComputeSingle", "ComputeSingleOutput", "GetOutputSingle")
+    srv = serve(registry, tmp_path / "nn.sock")
+    client = WasiNN(rpc=f"unix:{srv.address.unix_path}")
+    try:
+        with client.session("succ") as session:
+            assert b"".join(session.stream("abc")) == b"defghijklmnopqrstuvwxyz"
+        assert calls == ["ComputeSingleOutput"] * 24  # 23 letters, then the end of the sequence
+    finally:
+        client.close()
+        srv.stop(1)
+
+
+def test_streaming_falls_back_to_two_calls(
+    registry: ModelRegistry, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server without ComputeSingleOutput (an older wasinn serve): the same pieces, two calls a token."""
+
+    def unimplemented(self: NNService, request: Any, context: Any) -> Any:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+
+    monkeypatch.setattr(NNService, "ComputeSingleOutput", unimplemented)
+    calls: list[str] = []
+    _count_calls(monkeypatch, calls, "ComputeSingle", "GetOutputSingle")
+    srv = serve(registry, tmp_path / "nn.sock")
+    client = WasiNN(rpc=f"unix:{srv.address.unix_path}")
+    try:
+        with client.session("succ") as session:
+            assert b"".join(session.stream("abc")) == b"defghijklmnopqrstuvwxyz"
+        assert (calls.count("ComputeSingle"), calls.count("GetOutputSingle")) == (24, 23)
+    finally:
+        client.close()
+        srv.stop(1)
 
 
 def test_session_over_rpc(remote: WasiNN) -> None:

@@ -61,12 +61,12 @@ class RemoteContext:
         finally:
             self.revision += 1
 
-    def _compute(self, method: str) -> None:
+    def _compute(self, method: str, rpc: Any = None, request: Any = None) -> Any:
         self.busy = True
         try:
-            self.endpoint.compute(
-                getattr(self.endpoint.context, method),
-                nn.ComputeRequest(resource_handle=self.handle),
+            return self.endpoint.compute(
+                getattr(self.endpoint.context, method) if rpc is None else rpc,
+                nn.ComputeRequest(resource_handle=self.handle) if request is None else request,
                 method,
                 self._started,
             )
@@ -108,9 +108,15 @@ class RemoteContext:
         return GenerationResult()
 
     def stream_step(self) -> GenerationResult:
-        """``ComputeSingle``: one token, or the end of the sequence or of the context."""
+        """``ComputeSingle``: one token, or the end of the sequence or of the context.
+
+        A wasinn-host server answers ``ComputeSingleOutput`` with the token's piece too, so the
+        guest's ``get_output_single`` that follows costs no second round trip."""
         try:
-            self._compute("ComputeSingle")
+            if self.endpoint.has_host and self.endpoint.has_step:
+                self._step_with_piece()
+            else:
+                self._compute("ComputeSingle")
         except WasiNNError as err:
             if err.kind is ErrorKind.END_OF_SEQUENCE:
                 return GenerationResult(stop_reason=StopReason.EOS)
@@ -118,6 +124,18 @@ class RemoteContext:
                 return GenerationResult(stop_reason=StopReason.CONTEXT_FULL)
             raise
         return GenerationResult(stop_reason=StopReason.TOKEN)
+
+    def _step_with_piece(self) -> None:
+        request = host.StepRequest(ctx_handle=self.handle)
+        try:
+            result = self._compute("ComputeSingleOutput", self.endpoint.host.ComputeSingleOutput, request)
+        except WasiNNError as err:
+            if err.kind is not ErrorKind.UNSUPPORTED:
+                raise
+            self.endpoint.has_step = False  # an older wasinn-host server: two calls per token
+            self._compute("ComputeSingle")
+            return
+        self._cache["GetOutputSingle:0"] = (self.revision, bytes(result.piece))
 
     def end_stream(self) -> None:
         """``FiniSingle``."""

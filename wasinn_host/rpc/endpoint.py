@@ -69,6 +69,8 @@ class Endpoint:
         self.metadata = tuple(metadata)
         self.has_host: bool | None = None
         """Whether the server has this host's own service (None: not known yet)."""
+        self.has_step = True
+        """False once the server answered ``ComputeSingleOutput`` as unimplemented."""
         self.down_since: float | None = None
         self.contexts = 0
         """Contexts this client has open on the server."""

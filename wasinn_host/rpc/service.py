@@ -185,6 +185,17 @@ class NNService:
 
     # -- wasinn_host.rpc.v1.Host -----------------------------------------------
 
+    def ComputeSingleOutput(self, request: Any, context: Any) -> Any:  # noqa: N802
+        """``compute_single`` and the new token's piece in one round trip (errors as ``ComputeSingle``)."""
+
+        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+            ctx = self._context(state, request.ctx_handle)
+            self._cancel_if_gone(context, ctx)
+            ctx.compute_single()
+            return host.StepResult(piece=ctx.get_output_single(0))
+
+        return self._run(context, "compute_single", body)
+
     def Load(self, request: Any, context: Any) -> Any:  # noqa: N802
         """A model from GGUF bytes, if the server allows it and within ``max_load_bytes``."""
 
