@@ -29,6 +29,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from build_guests import compare_builds
+
 ROOT = Path(__file__).resolve().parents[2]
 COMPONENT_DIR = ROOT / "guest_examples" / "components"
 WIT_DIR = COMPONENT_DIR / "wit"
@@ -105,19 +107,8 @@ def build_all(out_dir: Path, quiet: bool = False) -> list[Path]:
 
 def check(out_dir: Path) -> int:
     """Rebuild into a temporary directory and compare with ``out_dir``; return an exit status."""
-    problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="check_components_") as tmp:
-        fresh = build_all(Path(tmp), quiet=True)
-        for new in fresh:
-            committed = out_dir / new.name
-            if not committed.is_file():
-                problems.append(f"{committed}: missing")
-            elif committed.read_bytes() != new.read_bytes():
-                problems.append(f"{committed}: differs from a fresh build")
-            else:
-                print(f"{new.name}: ok ({new.stat().st_size} bytes)")
-        expected = {p.name for p in fresh}
-        problems += [f"{p}: no matching .c source" for p in sorted(out_dir.glob("*.wasm")) if p.name not in expected]
+        problems = compare_builds(out_dir, build_all(Path(tmp), quiet=True))
     if problems:
         print("\n".join(problems), file=sys.stderr)
         zig, tools = tool_versions()

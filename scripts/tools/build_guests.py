@@ -89,26 +89,29 @@ def build_all(out_dir: Path, quiet: bool = False) -> list[Path]:
     return outputs
 
 
+def compare_builds(out_dir: Path, fresh: list[Path]) -> list[str]:
+    """What differs between the committed ``.wasm`` files in ``out_dir`` and a fresh build of them
+    (printing the ones that match); also used by ``build_components.py``."""
+    problems: list[str] = []
+    for new in fresh:
+        committed = out_dir / new.name
+        if not committed.is_file():
+            problems.append(f"{committed}: missing")
+        elif committed.read_bytes() != new.read_bytes():
+            problems.append(
+                f"{committed}: differs from a fresh build ({committed.stat().st_size} vs {new.stat().st_size} bytes)"
+            )
+        else:
+            print(f"{new.name}: ok ({new.stat().st_size} bytes)")
+    expected = {p.name for p in fresh}
+    problems += [f"{p}: no matching .c source" for p in sorted(out_dir.glob("*.wasm")) if p.name not in expected]
+    return problems
+
+
 def check(out_dir: Path) -> int:
     """Rebuild into a temp dir and compare with ``out_dir``; return an exit status."""
-    problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="build_guests_") as tmp:
-        fresh = build_all(Path(tmp), quiet=True)
-        for new in fresh:
-            committed = out_dir / new.name
-            if not committed.is_file():
-                problems.append(f"{committed}: missing")
-            elif committed.read_bytes() != new.read_bytes():
-                problems.append(
-                    f"{committed}: differs from a fresh build "
-                    f"({committed.stat().st_size} vs {new.stat().st_size} bytes)"
-                )
-            else:
-                print(f"{new.name}: ok ({new.stat().st_size} bytes)")
-        expected = {p.name for p in fresh}
-        for stale in sorted(out_dir.glob("*.wasm")):
-            if stale.name not in expected:
-                problems.append(f"{stale}: no matching .c source")
+        problems = compare_builds(out_dir, build_all(Path(tmp), quiet=True))
     if problems:
         for line in problems:
             print(line, file=sys.stderr)
