@@ -21,13 +21,16 @@ import llama_cpp
 import pytest
 
 from wasinn_host import ModelRegistry, WasiNN
+from wasinn_host.backend.local import LocalBackend
 from wasinn_host.core import devices
 from wasinn_host.core.gguf_layout import read_layout
+from wasinn_host.core.limits import Limits
 from wasinn_host.core.llama import LLAMA_COMMIT, LlamaModel, model_sizes
 from wasinn_host.core.offload import ALL_LAYERS, margin_for
 from wasinn_host.core.params import ModelParams
 from wasinn_host.core.preload import Target
 from wasinn_host.core.registry import LoadedModel
+from wasinn_host.rpc.server import NNServer, ServeOptions
 from wasinn_host.testing.abi_guest import AbiGuest
 from wasinn_host.testing.gguf_models import write_random_model
 
@@ -127,6 +130,29 @@ def test_load_passes_the_guests_target_to_the_model(
         assert model.params.target is target
         assert _layers(model) == 0
     finally:
+        reg.close()
+
+
+@pytest.mark.parametrize("target", [Target.CPU, Target.GPU, Target.TPU])
+def test_load_over_rpc_passes_the_guests_target_to_the_server(
+    target: Target, successor_path: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """A model sent as bytes through ``--nn-rpc-uri`` gets the target the guest passed, on the server."""
+    reg = ModelRegistry()
+    sock = tmp_path / "nn.sock"
+    server = NNServer(
+        f"unix:{sock}", LocalBackend(reg, Limits(allow_load_bytes=True)), options=ServeOptions(allow_load_bytes=True)
+    )
+    server.start()
+    client = WasiNN(rpc=f"unix:{sock}")
+    try:
+        guest = AbiGuest.create(client)
+        rc, graph = _load_bytes(guest, successor_path.read_bytes(), int(target))
+        assert rc == 0 and guest.generate(graph, "a") == (0, SUCC_A)
+        assert _model(reg).params.target is target
+    finally:
+        client.close()
+        server.stop(1)
         reg.close()
 
 

@@ -168,8 +168,8 @@ class RemoteContext:
             return
         self.closed = True
         self.endpoint.contexts -= 1
-        if self.endpoint.down_since is not None:
-            return
+        if self.endpoint.down_since is not None or self.endpoint.closed:
+            return  # the server frees the session's contexts itself
         try:
             self.endpoint.host_call("FinalizeExecutionContext", host.FinalizeRequest(ctx_handle=self.handle))
         except WasiNNError as err:
@@ -323,7 +323,10 @@ class RemoteBackend:
         """A model sent as bytes (this host's ``Load``; the server must allow it), pinned to one backend."""
         with self.placing:
             endpoint = self.place()
-            request = host.LoadRequest(model=data, config=config.source.decode())
+            target = config.model.get("target")
+            request = host.LoadRequest(
+                model=data, config=config.source.decode(), target=target.name.lower() if target is not None else ""
+            )
             handle = int(endpoint.host_call("Load", request).graph_handle)
             self._shared[(endpoint.target, None, config.source, handle)] = _SharedGraph(handle)
             self._shared[(endpoint.target, None, config.source, handle)].users = 1

@@ -72,6 +72,8 @@ class Endpoint:
         self.has_step = True
         """False once the server answered ``ComputeSingleOutput`` as unimplemented."""
         self.down_since: float | None = None
+        self.closed = False
+        """True after :meth:`close`: calls fail with a runtime error instead of grpcio's ValueError."""
         self.contexts = 0
         """Contexts this client has open on the server."""
         self._attach: Any = None
@@ -80,6 +82,8 @@ class Endpoint:
 
     def call(self, rpc: Any, request: Any, method: str, timeout: float | None = None) -> Any:
         """``rpc(request)`` with the session metadata; failures as :class:`WasiNNError`."""
+        if self.closed:
+            raise WasiNNError(ErrorKind.RUNTIME_ERROR, f"{method}: the connection to {self.target} is closed")
         try:
             return rpc(request, metadata=self.metadata, timeout=timeout or self.options.unary_timeout)
         except grpc.RpcError as exc:
@@ -167,7 +171,8 @@ class Endpoint:
                 self.has_host = False
 
     def close(self) -> None:
-        """End the keep-alive stream and the channel."""
+        """End the keep-alive stream and the channel (the server then frees this session)."""
+        self.closed = True
         if self._attach is not None:
             self._attach.cancel()
         self.channel.close()

@@ -21,6 +21,7 @@ from google.protobuf.empty_pb2 import Empty
 from ..backend.local import LocalBackend
 from ..core.config import EMPTY_CONFIG
 from ..core.errors import ErrorKind, WasiNNError, invalid
+from ..core.preload import Target
 from ..ephemeral.errno import errno_for
 from ..ephemeral.execution import METADATA_INDEX, ExecutionContext
 from ..ephemeral.store_state import StoreState
@@ -215,6 +216,10 @@ class NNService:
             if not request.model:
                 raise invalid("load: no model bytes")
             config = remote_config(request.config.encode())
+            if request.target:
+                if request.target.upper() not in ("CPU", "GPU", "TPU"):
+                    raise invalid(f"load: execution target {request.target!r} is not accepted; accepted: cpu, gpu, tpu")
+                config = config.with_target(Target[request.target.upper()])
             with lock:
                 state.check_graph_room()
             graph = self.backend.load_bytes(request.model, config)
