@@ -47,6 +47,14 @@ class Limits:
             f"(raise it with Limits({limit_name}=...) or `wasinn run {option}`)",
         )
 
+    def check_context_room(self, what: str, in_store: int, in_process: int) -> None:
+        """Refuse (busy) one more execution context beyond ``max_contexts_per_store`` (``in_store``
+        open in the caller's Store) or ``max_contexts_total`` (``in_process`` open in all)."""
+        if in_store >= self.max_contexts_per_store:
+            raise self.refuse(ErrorKind.BUSY, what, "max_contexts_per_store", self.max_contexts_per_store)
+        if in_process >= self.max_contexts_total:
+            raise self.refuse(ErrorKind.BUSY, what, "max_contexts_total", self.max_contexts_total)
+
 
 def physical_memory() -> int:
     """Bytes of RAM on this machine (16 GiB if it cannot be read)."""

@@ -118,14 +118,7 @@ class StoreState:
 
     def check_context_room(self) -> None:
         """Refuse (busy) a new context beyond ``max_contexts_per_store`` or ``max_contexts_total``."""
-        if len(self.contexts) >= self.limits.max_contexts_per_store:
-            raise self.limits.refuse(
-                ErrorKind.BUSY, "init_execution_context", "max_contexts_per_store", self.limits.max_contexts_per_store
-            )
-        if self._counter.value >= self.limits.max_contexts_total:
-            raise self.limits.refuse(
-                ErrorKind.BUSY, "init_execution_context", "max_contexts_total", self.limits.max_contexts_total
-            )
+        self.limits.check_context_room("init_execution_context", len(self.contexts), self._counter.value)
 
     def add_context(self, context: ExecutionContext) -> int:
         """Give ``context`` the next context handle."""

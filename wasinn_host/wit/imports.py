@@ -105,7 +105,10 @@ class WitNNImports:
         return self.stores.states()
 
     def _state(self, store: Storelike) -> ComponentState:
-        return self.stores.get(store_key(store), lambda: self._new_state(self.allowed))
+        return self.stores.get(store_key(store), self._default_state)
+
+    def _default_state(self) -> ComponentState:
+        return self._new_state(self.allowed)
 
     # -- registration --------------------------------------------------------------
 

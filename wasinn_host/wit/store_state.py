@@ -87,14 +87,7 @@ class ComponentState:
 
     def add_context(self, graph: BackendGraph) -> int:
         """A new execution context on ``graph`` (refused beyond the per-Store and process limits)."""
-        if len(self.contexts) >= self.limits.max_contexts_per_store:
-            raise self.limits.refuse(
-                ErrorKind.BUSY, "init-execution-context", "max_contexts_per_store", self.limits.max_contexts_per_store
-            )
-        if self._counter.value >= self.limits.max_contexts_total:
-            raise self.limits.refuse(
-                ErrorKind.BUSY, "init-execution-context", "max_contexts_total", self.limits.max_contexts_total
-            )
+        self.limits.check_context_room("init-execution-context", len(self.contexts), self._counter.value)
         rep = self._add(self.contexts, graph.open_context())
         self._context_graph[rep] = graph
         self._touched[rep] = time.monotonic()
