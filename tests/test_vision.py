@@ -198,6 +198,20 @@ def test_image_key_reads_the_guests_file_and_places_it_like_an_inline_image(
     assert guest_answer(relative, "red.png", "ab  cd") == red
 
 
+def test_a_python_session_reads_image_files_through_its_dirs_like_a_guest(
+    vision_nn: WasiNN, photos: pathlib.Path
+) -> None:
+    dirs = [(str(photos), "/data")]
+    with vision_nn.session("v", {**GREEDY, "image": "/data/blue.png"}, dirs=dirs) as session:
+        assert session.complete("ab <image> cd") == answer(vision_nn, f"ab {tag(BLUE)} cd")[0]
+    with vision_nn.session("v", {**GREEDY, "image": "/data/../secret.png"}, dirs=dirs) as session:
+        with pytest.raises(WasiNNError, match="outside the guest's preopened directories"):
+            session.complete("ab <image> cd")
+    with vision_nn.session("v", {**GREEDY, "image": "/data/blue.png"}) as session:
+        with pytest.raises(WasiNNError, match="cannot read files"):
+            session.complete("ab <image> cd")
+
+
 @pytest.mark.parametrize("path", ["/etc/hostname", "/data/../secret.png", "/data/link.png", "/data/missing.png", "x"])
 def test_image_key_outside_the_preopened_directories_is_errno_1(
     path: str, vision_nn: WasiNN, photos: pathlib.Path, caplog: pytest.LogCaptureFixture

@@ -152,9 +152,12 @@ class WasiNN:
         self.imports.detach(store)
         self.wit_imports.detach(store)
 
-    def session(self, name: str, config: Mapping[str, Any] | str | bytes | None = None) -> Session:
-        """An execution context on a preloaded ``name`` for use from Python (see :class:`Session`)."""
-        return Session(self.backend, name, config)
+    def session(
+        self, name: str, config: Mapping[str, Any] | str | bytes | None = None, dirs: Sequence[tuple[str, str]] = ()
+    ) -> Session:
+        """An execution context on a preloaded ``name`` for use from Python (see :class:`Session`);
+        ``dirs`` (host directory, guest path) let its ``image`` key name files, as a guest's ``--dir``."""
+        return Session(self.backend, name, config, dirs)
 
     @property
     def registry(self) -> ModelRegistry:

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 import orjson
 
@@ -16,6 +16,7 @@ from .backend.protocol import Backend
 from .core.config import EMPTY_CONFIG, ParsedConfig, parse_config
 from .core.errors import ErrorKind, WasiNNError
 from .core.generation import StopReason
+from .ephemeral.guest_files import give_image_reader
 
 
 def _parsed(config: Mapping[str, Any] | str | bytes | None) -> ParsedConfig:
@@ -27,15 +28,28 @@ def _parsed(config: Mapping[str, Any] | str | bytes | None) -> ParsedConfig:
 
 
 class Session:
-    """One execution context on a preloaded model name, on any backend (local or remote)."""
+    """One execution context on a preloaded model name, on any backend (local or remote).
 
-    def __init__(self, backend: Backend, name: str, config: Mapping[str, Any] | str | bytes | None = None) -> None:
+    ``dirs`` are (host directory, guest path) pairs, as a guest's ``--dir`` mappings: the ``image``
+    config key names a file through them (a local backend only); without them the key is refused.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        name: str,
+        config: Mapping[str, Any] | str | bytes | None = None,
+        dirs: Sequence[tuple[str, str]] = (),
+    ) -> None:
         self._graph = backend.load_by_name(name, _parsed(config))
         try:
             self._context = self._graph.open_context()
         except BaseException:
             self._graph.close()
             raise
+        if dirs and not give_image_reader(self._context, dirs):
+            self.close()
+            raise WasiNNError(ErrorKind.UNSUPPORTED, "image files (dirs=) are read by a local backend only")
 
     def configure(self, config: Mapping[str, Any] | str | bytes) -> None:
         """Change this session's sampling and stop rules (per-context keys)."""

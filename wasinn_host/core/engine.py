@@ -84,6 +84,11 @@ class Job:
         """Tokens still to decode."""
         return len(self.tokens) - len(self.slot.kv) if self.slot is not None else len(self.tokens)
 
+    def position(self, index: int) -> int:
+        """The sequence position of token ``index``: the index, less what the images before it save
+        (an M-RoPE image takes ``n_pos`` positions for its ``n_tokens`` tokens; others save none)."""
+        return index - sum(s.n_tokens - s.n_pos for s in self.images.values() if s.start + s.n_tokens <= index)
+
 
 _FAILURES: dict[StopReason, ErrorKind] = {
     StopReason.CANCELLED: ErrorKind.RUNTIME_ERROR,
@@ -320,7 +325,7 @@ class ModelWorker:
         """Drop the slot's cells after the prefix shared with the job; return how many are kept."""
         keep = self._reusable(job, slot)
         if keep < len(slot.kv):
-            self.context.seq_rm(slot.seq_id, keep)
+            self.context.seq_rm(slot.seq_id, job.position(keep))  # the kept prefix is the job's own
             del slot.kv[keep:]
         return keep
 
@@ -400,9 +405,10 @@ class ModelWorker:
                 continue
             last = start + take == len(job.tokens)
             index = -1
+            shift = start - job.position(start) if job.images else 0
             for offset in range(take):
-                pos = start + offset
-                index = batch.add(job.tokens[pos], pos, slot.seq_id, last and offset == take - 1)
+                at = start + offset
+                index = batch.add(job.tokens[at], at - shift, slot.seq_id, last and offset == take - 1)
             slot.kv.extend(job.tokens[start : start + take])
             job.logits_index = index if last else -1
             in_batch.append(job)
@@ -421,7 +427,7 @@ class ModelWorker:
         slot = job.slot
         assert slot is not None
         while (span := job.images.get(len(slot.kv))) is not None and take > 0:
-            rc = self.context.decode_image(span, len(slot.kv), slot.seq_id)
+            rc = self.context.decode_image(span, job.position(len(slot.kv)), slot.seq_id)
             self.decode_calls += 1
             if rc != 0:
                 log.error("model %s: decoding an image of %d tokens failed with %d", self.name, span.n_tokens, rc)
@@ -530,8 +536,8 @@ class ModelWorker:
         assert slot is not None
         n_keep = len(job.tokens) if job.request.n_keep < 0 else min(job.request.n_keep, len(job.tokens))
         n_discard = (len(slot.kv) - n_keep) // 2
-        if n_discard <= 0 or not self.context.can_shift():
-            return False
+        if n_discard <= 0 or not self.context.can_shift() or job.position(len(job.tokens)) != len(job.tokens):
+            return False  # M-RoPE images: positions are not token indices, so they cannot be moved
         self.context.seq_shift(slot.seq_id, n_keep, n_discard)
         del slot.kv[n_keep : n_keep + n_discard]
         del job.tokens[n_keep : n_keep + n_discard]

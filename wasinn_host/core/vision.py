@@ -7,6 +7,10 @@ comparison keeps the KV cache of a repeated image and re-decodes from the first 
 differs; ``spans`` says where each image starts and holds its libmtmd chunk, which the engine's
 worker encodes and decodes into a sequence (:meth:`Vision.decode`).
 
+Projectors with M-RoPE positions (Qwen2-VL, Qwen2.5-VL) give an image fewer positions than
+tokens: its tokens sit on a 2-D grid, so the text after it advances by ``n_pos`` (the larger
+side of the grid), not ``n_tokens``; the engine maps token indices to positions with the spans.
+
 Images are checked (``images.py``) before libmtmd sees them, and libmtmd's video fallback is
 pointed at a directory with no programs; a file that still fails to decode is an invalid
 argument, never a crash.
@@ -24,7 +28,7 @@ from typing import Any
 import llama_cpp
 from llama_cpp import mtmd_cpp as mtmd
 
-from .errors import ErrorKind, WasiNNError, invalid
+from .errors import invalid
 from .images import MAX_IMAGES, check_image, image_size
 
 
@@ -35,6 +39,12 @@ class ImageSpan:
     start: int
     n_tokens: int
     chunk: Any
+    n_pos: int = -1
+    """Positions the image takes in the sequence (``n_tokens`` unless the projector uses M-RoPE)."""
+
+    def __post_init__(self) -> None:
+        if self.n_pos < 0:
+            self.n_pos = self.n_tokens
 
 
 @dataclass(eq=False)
@@ -72,12 +82,7 @@ class Vision:
         if not mtmd.mtmd_support_vision(self.ptr):
             self.close()
             raise invalid(f"mmproj {str(mmproj)!r} has no vision encoder")
-        if mtmd.mtmd_decode_use_mrope(self.ptr):
-            self.close()
-            raise WasiNNError(
-                ErrorKind.UNSUPPORTED,
-                f"mmproj {str(mmproj)!r} uses M-RoPE positions (Qwen2-VL style), which this host does not support yet",
-            )
+        self.mrope = bool(mtmd.mtmd_decode_use_mrope(self.ptr))
         self.marker: bytes = mtmd.mtmd_default_marker() or b"<__media__>"
         self._lock = threading.Lock()
         self._opt = mtmd.mtmd_helper_init_opt_default()
@@ -123,9 +128,10 @@ class Vision:
                 prompt.tokens.extend(int(ids[k]) for k in range(n.value))
                 continue
             n_tokens = int(mtmd.mtmd_input_chunk_get_n_tokens(chunk))
+            n_pos = int(mtmd.mtmd_input_chunk_get_n_pos(chunk))
             digest = hashlib.sha256(images[min(image_index, len(images) - 1)]).digest()
             placeholder = -1 - int.from_bytes(digest[:4], "little") % (1 << 31)
-            prompt.spans[len(prompt.tokens)] = ImageSpan(len(prompt.tokens), n_tokens, chunk)
+            prompt.spans[len(prompt.tokens)] = ImageSpan(len(prompt.tokens), n_tokens, chunk, n_pos)
             prompt.tokens.extend([placeholder] * n_tokens)
             image_index += 1
         return prompt

@@ -13,9 +13,10 @@ import logging
 import os
 import posixpath
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from ..core.errors import invalid
+from ..core.images import MAX_IMAGE_BYTES
 
 log = logging.getLogger("wasinn_host")
 
@@ -52,3 +53,13 @@ def read_guest_file(path: str, dirs: Sequence[tuple[str, str]], limit: int) -> b
             return handle.read(limit + 1)[:limit]
     except OSError as exc:
         raise invalid(f"image {path!r}: cannot read it: {exc.strerror or exc}") from None
+
+
+def give_image_reader(context: Any, dirs: Sequence[tuple[str, str]]) -> bool:
+    """Let a local backend's execution context read its ``image`` key's file through ``dirs`` (at most
+    ``MAX_IMAGE_BYTES``); False for a context that reads no files (a remote one)."""
+    if not hasattr(context, "read_image"):
+        return False
+    mapped = list(dirs)
+    context.read_image = lambda path: read_guest_file(path, mapped, MAX_IMAGE_BYTES)
+    return True

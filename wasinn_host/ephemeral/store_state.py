@@ -6,7 +6,6 @@ another guest's handle numbers mean nothing here.
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from typing import Iterable, Sequence
@@ -14,10 +13,9 @@ from typing import Iterable, Sequence
 from ..backend.protocol import Backend, BackendGraph
 from ..core.config import ParsedConfig
 from ..core.errors import ErrorKind, WasiNNError, invalid
-from ..core.images import MAX_IMAGE_BYTES
 from ..core.limits import Limits
 from .execution import ExecutionContext
-from .guest_files import read_guest_file
+from .guest_files import give_image_reader
 from .guest_memory import U32_MASK
 from .native_func import MemoryRef
 
@@ -100,8 +98,7 @@ class StoreState:
         graph = self.graph(graph_handle)
         self.check_context_room()
         inner = graph.open_context()
-        if hasattr(inner, "read_image"):  # the local backend reads the image key's file for the core
-            inner.read_image = functools.partial(read_guest_file, dirs=self.dirs, limit=MAX_IMAGE_BYTES)
+        give_image_reader(inner, self.dirs)
         return self.add_context(ExecutionContext(graph, inner))
 
     def check_graph_room(self) -> None:

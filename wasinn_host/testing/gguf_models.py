@@ -185,17 +185,21 @@ def write_llama_gguf(
     f16: bool,
     description: str | None = None,
     chat_template: str | None = None,
+    arch: str = "llama",
+    rope_sections: tuple[int, int, int, int] | None = None,
 ) -> pathlib.Path:
     """Write a llama-architecture GGUF with an SPM vocabulary, atomically.
 
     ``tensors`` are in PyTorch ``nn.Linear`` layout; 2-D ones are stored as F16 when ``f16``,
-    everything else (norms) as F32.  Used for the test models and by
-    ``scripts/train_demo_model.py`` for the demo model.
+    everything else (norms, biases) as F32.  Used for the test models and by
+    ``scripts/train_demo_model.py`` for the demo model.  ``arch`` names another llama-shaped
+    architecture (``"qwen2vl"``: the tensors must include the attention biases, and
+    ``rope_sections`` gives its M-RoPE sections).
     """
     out = pathlib.Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    writer = gguf.GGUFWriter(tmp, "llama")
+    writer = gguf.GGUFWriter(tmp, arch)
     writer.add_name(name)
     if description is not None:
         writer.add_description(description)
@@ -207,6 +211,8 @@ def write_llama_gguf(
     writer.add_head_count_kv(shape.n_head)
     writer.add_layer_norm_rms_eps(shape.rms_eps)
     writer.add_rope_dimension_count(shape.head_dim)
+    if rope_sections is not None:
+        writer.add_rope_dimension_sections(list(rope_sections))
     if shape.rope_base is not None:
         writer.add_rope_freq_base(shape.rope_base)
     writer.add_vocab_size(shape.n_vocab)
@@ -323,7 +329,7 @@ def write_successor_model(
 # --------------------------------------------------------------------------------------------------
 
 
-def _random_tensors(shape: LlamaShape, seed: int) -> dict[str, np.ndarray]:
+def _random_tensors(shape: LlamaShape, seed: int, logit_std: float = 3.0) -> dict[str, np.ndarray]:
     """Seeded weights, scaled GPT-2 style so activations stay of order one.
 
     Inputs to each matrix are RMS-normed (order one per component), so a std of ``1/sqrt(fan_in)``
@@ -353,8 +359,8 @@ def _random_tensors(shape: LlamaShape, seed: int) -> dict[str, np.ndarray]:
                 data = uniform(dims, std)
             tensors[f"blk.{layer}.{name}"] = data
     tensors["output_norm.weight"] = np.ones(d, dtype=np.float32)
-    # Logits with a standard deviation of about 3: clear argmaxes, still-varied sampling.
-    tensors["output.weight"] = uniform((shape.n_vocab, d), 3.0 / math.sqrt(d))
+    # Logits with a standard deviation of about ``logit_std``.
+    tensors["output.weight"] = uniform((shape.n_vocab, d), logit_std / math.sqrt(d))
     return tensors
 
 
@@ -369,12 +375,18 @@ def write_random_model(
     context_length: int = 2048,
     seed: int = 0,
     f16: bool = True,
+    arch: str = "llama",
+    logit_std: float = 3.0,
 ) -> pathlib.Path:
     """Write a seeded random-weight llama model to ``path``; return the path.
 
     The defaults give about 86 M parameters (171 MB in F16), the benchmark model of the design
     notes, built in a few seconds. The vocabulary is the successor model's, padded with ``<t{i}>``
-    tokens to ``n_vocab``. The same arguments always produce the same file.
+    tokens to ``n_vocab``. The same arguments always produce the same file.  ``arch="qwen2vl"``
+    writes the same network as a Qwen2-VL text model: random attention biases and M-RoPE sections
+    covering the head (its positions have four parts, as libmtmd gives image tokens).
+    ``logit_std`` is the spread of the output logits: 3 gives clear argmaxes and still-varied
+    sampling; a large value (say 50) makes default sampling pick the greedy token every time.
     """
     shape = LlamaShape(
         n_vocab=n_vocab,
@@ -386,7 +398,18 @@ def write_random_model(
     )
     _validate(shape)
     vocab = _build_vocab(n_vocab)  # fails fast on a too-small vocabulary, before drawing weights
-    return write_llama_gguf(path, shape, vocab, _random_tensors(shape, seed), name=RANDOM_NAME, f16=f16)
+    tensors = _random_tensors(shape, seed, logit_std)
+    if arch == "llama":
+        return write_llama_gguf(path, shape, vocab, tensors, name=RANDOM_NAME, f16=f16)
+    if arch != "qwen2vl":
+        raise ValueError(f"arch {arch!r}: expected llama or qwen2vl")
+    rng = np.random.default_rng(seed + 1)
+    for layer in range(n_layer):
+        for name in ("attn_q", "attn_k", "attn_v"):
+            tensors[f"blk.{layer}.{name}.bias"] = (rng.standard_normal(n_embd) * 0.1).astype(np.float32)
+    pairs = shape.head_dim // 2  # M-RoPE rotates head_dim/2 pairs: time, height, width (none left over)
+    sections = (pairs - 2 * (pairs // 3), pairs // 3, pairs // 3, 0)
+    return write_llama_gguf(path, shape, vocab, tensors, name=RANDOM_NAME, f16=f16, arch=arch, rope_sections=sections)
 
 
 def write_test_models(directory: str | os.PathLike[str], *, random: bool = True) -> dict[str, pathlib.Path]:

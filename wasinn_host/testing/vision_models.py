@@ -8,7 +8,9 @@ over 8x8 patches of a 32x32 image, then the two-layer MLP ``mm.0`` / ``mm.2`` in
 weights are random, so the greedy continuation of a prompt depends on the image's pixels: a
 different image gives a different answer, the same image the same answer.  ``kind="gemma3"``
 writes a Gemma 3-style projector instead (SigLIP encoder, RMS norm and input projection, image
-tokens decoded with non-causal attention).
+tokens decoded with non-causal attention); ``kind="qwen2vl"`` a Qwen2-VL pair (a ``qwen2vl`` text
+model with M-RoPE and a ``qwen2vl_merger`` projector: two patch convolutions, no position
+embedding, 2x2 patches merged into one image token, whose positions are 2-D).
 
 :func:`png_bytes` encodes an RGB image as PNG (stored zlib, no dependencies) for tests.
 """
@@ -29,6 +31,11 @@ IMAGE_SIZE = 32
 PATCH_SIZE = 8
 IMAGE_TOKENS = (IMAGE_SIZE // PATCH_SIZE) ** 2
 """Image tokens one image becomes (the class embedding is dropped by LLaVA's projector)."""
+GUEST_LOGIT_STD = 1000.0
+"""Spread of the text model's logits: so wide that WasmEdge's vision guests, which send no ``temp``,
+get the greedy answer from default sampling (their outputs are known in advance)."""
+PROJECTOR_TYPES = {"llava": "mlp", "gemma3": "gemma3", "qwen2vl": "qwen2vl_merger"}
+"""The projector kinds :func:`write_projector` writes, and their ``clip.projector_type``."""
 
 
 def write_projector(
@@ -49,15 +56,15 @@ def write_projector(
     """
     import gguf
 
-    if kind not in ("llava", "gemma3"):
-        raise ValueError(f"projector kind {kind!r}: expected llava or gemma3")
+    if kind not in PROJECTOR_TYPES:
+        raise ValueError(f"projector kind {kind!r}: expected one of {', '.join(PROJECTOR_TYPES)}")
     rng = np.random.default_rng(seed)
     writer = gguf.GGUFWriter(str(path), "clip")
-    writer.add_string(gguf.Keys.Clip.PROJECTOR_TYPE, "mlp" if kind == "llava" else "gemma3")
+    writer.add_string(gguf.Keys.Clip.PROJECTOR_TYPE, PROJECTOR_TYPES[kind])
     writer.add_bool(gguf.Keys.Clip.HAS_VISION_ENCODER, True)
     if kind == "llava":
         writer.add_bool(gguf.Keys.Clip.HAS_LLAVA_PROJECTOR, True)
-    else:
+    elif kind == "gemma3":
         writer.add_uint32("clip.vision.projector.scale_factor", 1)
     vision = gguf.Keys.ClipVision
     for key, value in (
@@ -82,9 +89,11 @@ def write_projector(
     if kind == "llava":
         random("v.position_embd.weight", IMAGE_TOKENS + 1, n_embd, scale=0.5)
         random("v.class_embd", n_embd, scale=0.5)
-    else:
+    elif kind == "gemma3":
         random("v.patch_embd.bias", n_embd, scale=0.1)
         random("v.position_embd.weight", IMAGE_TOKENS, n_embd, scale=0.5)
+    else:  # positions come from M-RoPE; the second convolution is the temporal patch's other frame
+        random("v.patch_embd.weight.1", n_embd, 3, PATCH_SIZE, PATCH_SIZE)
     for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
         random(f"v.blk.0.{name}.weight", n_embd, n_embd)
         random(f"v.blk.0.{name}.bias", n_embd, scale=0.1)
@@ -100,6 +109,11 @@ def write_projector(
         random("mm.0.bias", n_embd_text, scale=0.5)
         random("mm.2.weight", n_embd_text, n_embd_text, scale=0.5)
         random("mm.2.bias", n_embd_text, scale=0.5)
+    elif kind == "qwen2vl":  # the merger: 2x2 neighbouring patches concatenated, then an MLP
+        random("mm.0.weight", 4 * n_embd, 4 * n_embd, scale=0.3)
+        random("mm.0.bias", 4 * n_embd, scale=0.3)
+        random("mm.2.weight", n_embd_text, 4 * n_embd, scale=0.3)
+        random("mm.2.bias", n_embd_text, scale=0.3)
     else:
         writer.add_tensor("v.post_ln.weight", np.ones(n_embd, np.float32))
         writer.add_tensor("v.post_ln.bias", np.zeros(n_embd, np.float32))
@@ -118,7 +132,16 @@ def write_vision_model(
     """Write ``text.gguf`` and ``mmproj.gguf`` (a ``kind`` projector) into ``directory``; return both paths."""
     folder = pathlib.Path(directory)
     text = write_random_model(
-        folder / "text.gguf", n_layer=2, n_embd=TEXT_EMBD, n_head=4, n_ff=128, context_length=512, seed=seed, f16=False
+        folder / "text.gguf",
+        n_layer=2,
+        n_embd=TEXT_EMBD,
+        n_head=4,
+        n_ff=128,
+        context_length=512,
+        seed=seed,
+        f16=False,
+        arch="qwen2vl" if kind == "qwen2vl" else "llama",
+        logit_std=GUEST_LOGIT_STD,
     )
     return text, write_projector(folder / "mmproj.gguf", kind=kind, seed=seed)
 
