@@ -23,7 +23,10 @@ import pytest
 from llama_cpp import mtmd_cpp as mtmd
 
 from wasinn_host import ModelRegistry, WasiNN
+from wasinn_host.backend.local import LocalBackend
+from wasinn_host.core.limits import Limits
 from wasinn_host.core.preload import Preload
+from wasinn_host.rpc.server import NNServer
 from wasinn_host.testing.vision_models import solid_png, write_vision_model
 
 GREEDY = {"temp": 0, "n-predict": 8}
@@ -265,3 +268,40 @@ def test_wasmedge_vision_guest_chat_resends_the_conversation_with_the_image_from
     assert result.stdout.splitlines() == [*expected, "USER:"]
     reused = int(result.stderr.split('"reused_prompt_tokens": ')[1].split(",")[0])
     assert reused >= n_first, "the second turn kept the first turn's text and image"
+
+
+def test_vision_guests_over_rpc_send_the_guests_image_inline(
+    qwen_nn: WasiNN, qwen_files: tuple[pathlib.Path, pathlib.Path], photos: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """A server never reads a file a client names: the client reads the ``image`` key's file through the
+    guest's ``--dir`` and sends it inline, and drops ``mmproj`` (the server's host chose the projector),
+    so the guest gets the answer a local run gives."""
+    text, projector = qwen_files
+    registry = ModelRegistry([Preload("q", text, mmproj=projector)])
+    server = NNServer(f"unix:{tmp_path / 'nn.sock'}", LocalBackend(registry, Limits(max_n_predict=8)))
+    server.start()
+    try:
+        remote = WasiNN(rpc=f"unix://{tmp_path / 'nn.sock'}")
+        dirs = [(str(photos), "/data")]
+        for config in ({"image": "/data/blue.png"}, {"image": "/data/blue.png", "mmproj": "any.gguf"}):
+            with remote.session("q", {**GREEDY, **config}, dirs=dirs) as session:
+                assert session.complete("ab <image> cd") == answer(qwen_nn, f"ab {tag(BLUE)} cd")[0]
+        with remote.session("q", {**GREEDY, "image": "/data/blue.png"}) as session:
+            with pytest.raises(Exception, match="cannot read files"):
+                session.complete("ab <image> cd")
+        remote.close()
+        result = wasinn_run(
+            f"--nn-rpc-uri=unix://{tmp_path / 'nn.sock'}",
+            f"--dir={photos}::/data",
+            "--env=image=/data/red.png",
+            f"--env=mmproj={projector}",
+            "--env=ctx_size=512",
+            "guest_examples/qwen2vl.wasm",
+            "q",
+            "ab <image> cd",
+        )
+        assert result.returncode == 0, result.stderr
+        assert f"\n{answer(qwen_nn, f'ab {tag(RED)} cd')[0].strip()}\n[INFO] Number of input tokens" in result.stdout
+    finally:
+        server.stop(1)
+        registry.close()

@@ -31,7 +31,8 @@ class Session:
     """One execution context on a preloaded model name, on any backend (local or remote).
 
     ``dirs`` are (host directory, guest path) pairs, as a guest's ``--dir`` mappings: the ``image``
-    config key names a file through them (a local backend only); without them the key is refused.
+    config key names a file through them (over RPC too: the file travels inline); without them the
+    key is refused.
     """
 
     def __init__(
@@ -49,7 +50,7 @@ class Session:
             raise
         if dirs and not give_image_reader(self._context, dirs):
             self.close()
-            raise WasiNNError(ErrorKind.UNSUPPORTED, "image files (dirs=) are read by a local backend only")
+            raise WasiNNError(ErrorKind.UNSUPPORTED, "this backend reads no image files (dirs=)")
 
     def configure(self, config: Mapping[str, Any] | str | bytes) -> None:
         """Change this session's sampling and stop rules (per-context keys)."""

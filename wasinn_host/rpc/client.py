@@ -19,13 +19,14 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import orjson
 
 from ..core.config import ParsedConfig
-from ..core.errors import ErrorKind, WasiNNError
+from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.generation import GenerationResult, StopReason
+from .client_files import inline_image, without_client_keys
 from .endpoint import ClientOptions, Endpoint
 from .messages import U8, host, nn
 from .targets import all_backend_targets
@@ -46,6 +47,9 @@ class RemoteContext:
         self.endpoint = endpoint
         self.handle = handle
         self._graph = graph
+        self.image_key = graph.image_key
+        self.read_image: Callable[[str], bytes] | None = None
+        """Reads the ``image`` key's file through the guest's directories (set by the front end)."""
         self.busy = False
         self.last_used = time.monotonic()
         self.revision = 0
@@ -90,11 +94,19 @@ class RemoteContext:
         return data
 
     def configure(self, config: ParsedConfig) -> None:
-        """Send the config JSON as written (``SetInput`` index 1)."""
+        """Send the config JSON as written (``SetInput`` index 1), less the keys naming the guest's
+        files (``client_files.py``); an ``image`` key applies to the following prompts."""
+        config, image = without_client_keys(config)
+        if image is not None:
+            self.image_key = image
         self._set_input(1, config.source)
 
     def set_prompt(self, data: bytes) -> None:
-        """Send the prompt (``SetInput`` index 0)."""
+        """Send the prompt (``SetInput`` index 0), with the ``image`` key's file inline."""
+        if self.image_key:
+            if self.read_image is None:
+                raise invalid(f"config key 'image' {self.image_key!r}: this front end cannot read files")
+            data = inline_image(data, self.read_image(self.image_key))
         self._set_input(0, data)
 
     def generate(self) -> GenerationResult:
@@ -189,11 +201,19 @@ class RemoteGraph:
     """A graph as a guest holds it: loaded on one backend, its contexts placed on any."""
 
     def __init__(
-        self, backend: "RemoteBackend", name: str | None, config: ParsedConfig, home: Endpoint, handle: int
+        self,
+        backend: "RemoteBackend",
+        name: str | None,
+        config: ParsedConfig,
+        home: Endpoint,
+        handle: int,
+        image_key: str | None = None,
     ) -> None:
         self.backend = backend
         self.name = name
         self.config = config
+        self.image_key = image_key
+        """The load config's ``image`` (kept here, see ``client_files.py``): the contexts' first image."""
         self.home = home
         self._handles: dict[str, int] = {home.target: handle}
         self._closed = False
@@ -315,9 +335,10 @@ class RemoteBackend:
 
     def load_by_name(self, name: str, config: ParsedConfig) -> RemoteGraph:
         """``name`` loaded on the least-loaded backend (errors such as ModelNotFound come from it)."""
+        config, image = without_client_keys(config)
         with self.placing:
             endpoint = self.place()
-            return RemoteGraph(self, name, config, endpoint, self.acquire(endpoint, name, config))
+            return RemoteGraph(self, name, config, endpoint, self.acquire(endpoint, name, config), image)
 
     def load_bytes(self, data: bytes, config: ParsedConfig) -> RemoteGraph:
         """A model sent as bytes (this host's ``Load``; the server must allow it), pinned to one backend."""
