@@ -66,4 +66,7 @@ def test_kubernetes_manifest_runs_a_valid_serve_command() -> None:
     assert any(e["name"] == "WASINN_RPC_TOKEN" for e in container["env"])
     grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace > ns.drain_seconds
+    metrics = {p["name"]: p["containerPort"] for p in container["ports"]}["metrics"]
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert ns.metrics_port == metrics == int(annotations["prometheus.io/port"]) and ns.metrics_address == "0.0.0.0"
     assert "deploy/kubernetes/wasinn-serve.yaml" in README

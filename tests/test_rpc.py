@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import os
 import pathlib
+import socket
 import stat
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -361,6 +363,10 @@ def test_wasinn_serve_and_run_commands(tmp_path: pathlib.Path, successor_path: p
     sock = tmp_path / "cli.sock"
     env = dict(os.environ)
     serve_cmd = [sys.executable, "-m", "wasinn_host.cli", "serve", "--nn-rpc-uri", f"unix://{sock}", "--status"]
+    with socket.socket() as probe:  # a free port for the metrics
+        probe.bind(("127.0.0.1", 0))
+        metrics_port = probe.getsockname()[1]
+    serve_cmd += ["--metrics-port", str(metrics_port), "--metrics-address", "0.0.0.0"]
     proc = subprocess.Popen(
         serve_cmd + ["--nn-preload", f"succ:GGML:AUTO:{successor_path}"], stderr=subprocess.PIPE, text=True, env=env
     )
@@ -375,6 +381,12 @@ def test_wasinn_serve_and_run_commands(tmp_path: pathlib.Path, successor_path: p
             timeout=120,
         )
         assert (run.returncode, run.stdout) == (0, (successor_text("hello") + "</s>\n") * 2)
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+        assert 'wasinn_requests_total{model="succ"} 2.0' in metrics and "wasinn_rpc_sessions 0.0" in metrics
+        listening = pathlib.Path("/proc/net/tcp").read_text().split("\n")[1:]
+        assert any(line.split()[1] == f"00000000:{metrics_port:04X}" for line in listening if line.strip()), (
+            "--metrics-address 0.0.0.0 listens on every interface"
+        )
         proc.terminate()
         assert proc.wait(timeout=60) == 0
         tail = proc.stderr.read()

@@ -215,7 +215,7 @@ def run_command(ns: argparse.Namespace) -> int:
         signal.signal(signal.SIGHUP, lambda *_: reload_models(nn))
     try:
         if ns.metrics_port:
-            nn.serve_metrics(ns.metrics_port)
+            nn.serve_metrics(ns.metrics_port, ns.metrics_address)
         results = run_instances(
             nn, ns.module, ns.args, RunOptions(env=env, dirs=dirs, program_name=ns.module), ns.instances, ns.timeout
         )

@@ -60,7 +60,7 @@ def add_log_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_report_options(parser: argparse.ArgumentParser) -> None:
-    """``--status`` and ``--metrics-port`` (``run`` and ``serve``)."""
+    """``--status``, ``--metrics-port`` and ``--metrics-address`` (``run`` and ``serve``)."""
     parser.add_argument(
         "--status",
         action="store_true",
@@ -70,7 +70,14 @@ def add_report_options(parser: argparse.ArgumentParser) -> None:
         "--metrics-port",
         type=int,
         metavar="PORT",
-        help="serve Prometheus metrics on 127.0.0.1:PORT while running (needs prometheus-client)",
+        help="serve Prometheus metrics on ADDRESS:PORT while running (needs prometheus-client)",
+    )
+    parser.add_argument(
+        "--metrics-address",
+        default="127.0.0.1",
+        metavar="ADDRESS",
+        help="the address --metrics-port listens on (default: 127.0.0.1; 0.0.0.0 for a scrape from "
+        "another machine or pod: the metrics name models and count requests, so keep it on a private network)",
     )
 
 

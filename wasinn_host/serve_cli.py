@@ -119,7 +119,7 @@ def serve_command(ns: argparse.Namespace) -> int:
         backend.close()
         return fail(str(exc))
     if ns.metrics_port:
-        serve_metrics(server.service.status, ns.metrics_port, "127.0.0.1")
+        serve_metrics(server.service.status, ns.metrics_port, ns.metrics_address)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -43,9 +43,11 @@ class StatusCollector:
             for model in status["models"]:
                 counter.add_metric([model["name"]], model[key])
             yield counter
-        yield GaugeMetricFamily(
-            "wasinn_execution_contexts", "Execution contexts alive", value=status["sessions"]["execution_contexts"]
-        )
+        rpc = status.get("rpc")  # `wasinn serve`: contexts are held by remote sessions
+        contexts = rpc["contexts"] if rpc is not None else status["sessions"]["execution_contexts"]
+        yield GaugeMetricFamily("wasinn_execution_contexts", "Execution contexts alive", value=contexts)
+        if rpc is not None:
+            yield GaugeMetricFamily("wasinn_rpc_sessions", "Remote client sessions open", value=rpc["sessions"])
         yield GaugeMetricFamily(
             "wasinn_rss_bytes", "Resident memory of the process", value=status["memory"]["rss_bytes"]
         )
