@@ -108,3 +108,30 @@ def test_timeout_stops_a_runaway_component_and_frees_its_context(tmp_path: pathl
     assert "wasinn: error: the guest was stopped by --timeout 0.5s" in result.stderr
     status = json.loads(next(line for line in result.stderr.splitlines() if line.startswith("{")))
     assert status["sessions"]["component_stores"] == 0 and status["sessions"]["component_execution_contexts"] == 0
+
+
+def test_wasinn_run_keeps_the_list_heap_for_components_only(
+    successor_path: pathlib.Path,
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """``keep_list_heap`` changes malloc for the whole process: the CLI asks for it only for a component."""
+    from wasinn_host import cli
+
+    calls: list[int] = []
+
+    def keep_list_heap() -> bool:
+        calls.append(1)
+        return True
+
+    monkeypatch.setattr(cli, "keep_list_heap", keep_list_heap)
+    monkeypatch.setattr(cli, "configure_logging", lambda *args: None)  # keep this process's loggers
+    monkeypatch.setattr(cli.signal, "signal", lambda *args: None)  # and its SIGHUP handler
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    preload = f"--nn-preload=succ:GGML:AUTO:{successor_path}"
+    assert cli.main(["run", preload, str(GUESTS / "complete.wasm"), "succ", "hello"]) == 0
+    assert calls == []
+    assert cli.main(["run", preload, str(COMPONENT), "succ", "hello"]) == 0
+    assert calls == [1]
+    assert capfd.readouterr().out == (successor_text("hello") + "</s>\n") * 2

@@ -305,3 +305,27 @@ def test_vision_guests_over_rpc_send_the_guests_image_inline(
     finally:
         server.stop(1)
         registry.close()
+
+
+def test_a_component_guest_reads_its_image_through_its_preopened_directories(
+    qwen_nn: WasiNN, qwen_files: tuple[pathlib.Path, pathlib.Path], photos: pathlib.Path
+) -> None:
+    """The WIT front end resolves the ``image`` key (in the ``metadata`` tensor) as the core one does."""
+    text, projector = qwen_files
+
+    def run(image: str) -> subprocess.CompletedProcess[str]:
+        return wasinn_run(
+            f"--nn-preload=q:GGML:AUTO:{text}",
+            f"--nn-mmproj=q:{projector}",
+            f"--dir={photos}::/data",
+            "guest_examples/components/nn_complete.wasm",
+            "q",
+            "ab <image> cd",
+            f'{{"temp": 0, "n-predict": 8, "image": "{image}"}}',
+        )
+
+    for image, name in ((RED, "red"), (BLUE, "blue")):
+        result = run(f"/data/{name}.png")
+        assert (result.returncode, result.stdout) == (0, answer(qwen_nn, f"ab {tag(image)} cd")[0] + "\n")
+    outside = run("/etc/hostname")
+    assert outside.returncode == 1 and "outside the guest's preopened directories" in outside.stderr

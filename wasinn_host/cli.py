@@ -30,7 +30,7 @@ from .cli_options import (
 )
 from .core.errors import WasiNNError
 from .core.preload import Preload, PreloadError, parse_preload
-from .host import GuestError, RunOptions, WasiNN
+from .host import COMPONENT_HEADER, GuestError, RunOptions, WasiNN
 from .info_cli import add_info_parser, info_command
 from .models import DEMO_MODEL_PATH
 from .observability.log_setup import configure_logging
@@ -38,6 +38,7 @@ from .rpc.endpoint import ClientOptions
 from .rpc.targets import TargetError
 from .runner import InstanceResult, run_instances
 from .serve_cli import add_serve_parser, serve_command
+from .wit.fast_calls import keep_list_heap
 
 EXIT_TRAP = 134  # as wasmtime's CLI: 128 + SIGABRT
 
@@ -213,6 +214,8 @@ def run_command(ns: argparse.Namespace) -> int:
         return fail(str(exc))
     if nn.local is not None:
         signal.signal(signal.SIGHUP, lambda *_: reload_models(nn))
+    if _is_component(ns.module):
+        keep_list_heap()  # byte lists cross wasmtime's C API about 2.5x faster (README: Byte lists)
     try:
         if ns.metrics_port:
             nn.serve_metrics(ns.metrics_port, ns.metrics_address)
@@ -227,6 +230,15 @@ def run_command(ns: argparse.Namespace) -> int:
         print(json.dumps(nn.status()), file=sys.stderr)
     nn.close()
     return _exit_code(results, ns.timeout)
+
+
+def _is_component(path: str) -> bool:
+    """Whether ``path`` holds a component (by its header; False for anything unreadable)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(COMPONENT_HEADER)) == COMPONENT_HEADER
+    except OSError:
+        return False
 
 
 def reload_models(nn: WasiNN) -> None:

@@ -145,7 +145,7 @@ class WasiNN:
         guest) directories preopened for it, the only places its ``image`` config key may name.
         """
         self.imports.attach(store, allowed_models, dirs)
-        self.wit_imports.attach(store, allowed_models)
+        self.wit_imports.attach(store, allowed_models, dirs)
 
     def detach(self, store: wasmtime.Store) -> None:
         """Free ``store``'s graphs, execution contexts and tensors now."""

@@ -9,15 +9,23 @@ Two measurements in one run:
    ``--rounds`` times; the ratio is core time / component time (1.0 = as fast; target >= 0.97).
 2. **Round trip**: ``nn_roundtrip.wasm`` builds a tensor of ``--size`` bytes and reads it back
    ``--count`` times; the time per round trip (one ``list<u8>`` in, one out) is the difference
-   between that run and a run with no round trips, divided by ``--count``; with the fast path
-   (``wasinn_host.wit.fast_calls``) and without it (wasmtime-py's element-by-element conversion).
+   between that run and a run with no round trips, divided by ``--count``; without the fast path
+   (wasmtime-py's element-by-element conversion), with it (``wasinn_host.wit.fast_calls``), and
+   with it after ``fast_calls.keep_list_heap()`` (process-wide: all that follows runs with it).
 
 3. **Start-up**: compiling each guest against loading it from a warm compile cache
    (``wasinn_host.compile_cache``; ``--startup X.wasm`` adds another guest).
 
+4. **Breakdown** (``--breakdown``): where a round trip's time goes, per direction, on a WAT component
+   whose imports take a ``list<u8>`` and return one: the same import with a host function that
+   ignores the list (wasmtime's lifting and C conversion alone) or returns a list built the way
+   wasmtime's C API documents (``wasmtime_component_vallist_new_uninit``), against the fast path;
+   the Python part alone; the page faults per call; and the largest list a guest can pass.
+
 Usage::
 
     python scripts/benchmarks/bench_component.py [--model PATH] [--rounds N] [--size BYTES] [--count N]
+        [--breakdown] [--skip-generation] [--skip-startup]
 
 Without ``--model`` the successor test model is written to a temporary directory (needs gguf).
 """
@@ -25,13 +33,16 @@ Without ``--model`` the successor test model is written to a temporary directory
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import wasmtime
 import wasmtime.component as cm
@@ -39,6 +50,7 @@ import wasmtime.component as cm
 from wasinn_host import RunOptions, WasiNN
 from wasinn_host.compile_cache import CompileCache
 from wasinn_host.host import COMPONENT_HEADER
+from wasinn_host.wit import fast_calls
 from wasinn_host.wit.imports import WitNNImports
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,6 +153,113 @@ def _compile(engine: wasmtime.Engine, wasm: bytes) -> object:
     return wasmtime.Module(engine, wasm)
 
 
+LISTS_WAT = COMPONENTS / "lists.wat"
+"""A guest whose exports call a host import taking a ``list<u8>`` or one returning it (see the file)."""
+
+_KEEP_ALIVE: list[object] = []
+
+
+def _define_raw(instance: cm.LinkerInstance, name: str, callback: Callable[..., int]) -> None:
+    """Define ``name`` with a C callback that sees wasmtime's C values as they are."""
+    native = wasmtime._ffi.wasmtime_component_func_callback_t(callback)
+    _KEEP_ALIVE.append(native)
+    encoded = name.encode()
+    error = wasmtime._ffi.wasmtime_component_linker_instance_add_func(
+        instance.ptr(), ctypes.create_string_buffer(encoded), len(encoded), native, None, fast_calls._no_finalizer
+    )
+    assert not error
+
+
+def lists_instance(engine: wasmtime.Engine, payload: bytes, raw: bool) -> tuple[wasmtime.Store, cm.Func, cm.Func]:
+    """A Store and the ``take-n``/``give-n`` exports of ``lists.wat``.
+
+    ``raw``: ``take`` ignores its list and ``give`` fills a ``vallist_new_uninit`` list in C order
+    (wasmtime's C API as documented, nothing of ours); else both go through the fast path.
+    """
+    linker = cm.Linker(engine)
+    with linker.root() as root, root.add_instance("host") as host:
+        if raw:
+
+            def give(_data: int, _ctx: Any, _ty: Any, args: Any, _n: int, results: Any, _r: int) -> int:
+                count = args[0].of.u32
+                items = wasmtime._ffi.wasmtime_component_vallist_t()
+                wasmtime._ffi.wasmtime_component_vallist_new_uninit(ctypes.byref(items), count)
+                slots = fast_calls._slots(ctypes.cast(items.data, ctypes.c_void_p).value or 0, count)
+                slots[:, 0] = fast_calls.KIND_U8
+                slots[:, fast_calls.PAYLOAD_OFFSET] = memoryview(payload)[:count]
+                results[0].kind = fast_calls.KIND_LIST
+                results[0].of.list = items
+                return 0
+
+            _define_raw(host, "take", lambda *_args: 0)
+            _define_raw(host, "give", give)
+        else:
+            fast_calls.add_fast_func(host, "take", lambda _store, data: None)
+            fast_calls.add_fast_func(host, "give", lambda _store, n: memoryview(payload)[:n])
+    store = wasmtime.Store(engine)
+    instance = linker.instantiate(store, cm.Component(engine, LISTS_WAT.read_text()))
+    take, give_n = instance.get_func(store, "take-n"), instance.get_func(store, "give-n")
+    assert take is not None and give_n is not None
+    return store, take, give_n
+
+
+def per_call(store: wasmtime.Store, func: cm.Func, size: int, count: int = 4, rounds: int = 5) -> tuple[float, float]:
+    """Milliseconds per call (best of ``rounds``) and minor page faults per call of ``func(size, count)``."""
+    func(store, size, 1)
+    best, faults = float("inf"), 0
+    for _ in range(rounds):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        start = time.perf_counter()
+        func(store, size, count)
+        best = min(best, (time.perf_counter() - start) / count)
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    return best * 1000, faults / count
+
+
+def python_part_ms(size: int, rounds: int = 7) -> tuple[float, float]:
+    """Milliseconds of the fast path's own work: reading a list's bytes, and building a list."""
+    payload = bytes(range(256)) * (size // 256 + 1)
+    value = wasmtime._ffi.wasmtime_component_val_t()
+    write, read = float("inf"), float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fast_calls.write_bytes(payload[:size], value)
+        middle = time.perf_counter()
+        assert fast_calls.read_bytes(value) == payload[:size]
+        write, read = min(write, middle - start), min(read, time.perf_counter() - middle)
+        wasmtime._ffi.wasmtime_component_val_delete(ctypes.byref(value))
+    return read * 1000, write * 1000
+
+
+def largest_list_in(engine: wasmtime.Engine) -> int:
+    """The most bytes a guest can pass in one ``list<u8>`` argument before wasmtime traps (bisection)."""
+    low, high = 1 << 20, 8 << 20
+    while high - low > 1:
+        middle = (low + high) // 2
+        store, take, _give = lists_instance(engine, b"", raw=True)
+        try:
+            take(store, middle, 1)
+            low = middle
+        except wasmtime.WasmtimeError:
+            high = middle
+    return low
+
+
+def breakdown(engine: wasmtime.Engine, size: int, label: str) -> None:
+    """Print where the time of one ``size``-byte crossing in and one out goes."""
+    payload = bytes(range(256)) * (size // 256 + 1)
+    read, write = python_part_ms(size)
+    print(f"{label}: python part alone: read {read:.1f} ms, build {write:.1f} ms")
+    for raw in (True, False):
+        store, take, give = lists_instance(engine, payload, raw)
+        (take_ms, take_faults), (give_ms, give_faults) = per_call(store, take, size), per_call(store, give, size)
+        kind = "wasmtime alone (raw C callback)" if raw else "fast path"
+        print(
+            f"{label}, {kind}: in {take_ms:.1f} ms ({take_faults:.0f} page faults), "
+            f"out {give_ms:.1f} ms ({give_faults:.0f} page faults), sum {take_ms + give_ms:.1f} ms"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, help="a GGUF model (default: the successor test model)")
@@ -151,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=10)
     parser.add_argument("--startup", action="append", default=[], help="also time compiling this .wasm")
     parser.add_argument("--slow-count", type=int, default=1, help="round trips without the fast path")
+    parser.add_argument("--breakdown", action="store_true", help="also break a round trip down (WAT component)")
+    parser.add_argument("--skip-generation", action="store_true", help="leave out the generation comparison")
+    parser.add_argument("--skip-startup", action="store_true", help="leave out the start-up times")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model
@@ -160,17 +282,31 @@ def main(argv: list[str] | None = None) -> int:
             model = Path(tmp) / "successor.gguf"
             write_successor_model(model)
         nn = WasiNN(preload=[f"bench:GGML:AUTO:{model}"])
-        for guest in [*args.startup, COMPONENTS / "nn_complete.wasm", ROOT / "guest_examples" / "complete.wasm"]:
+        guests = [*args.startup, COMPONENTS / "nn_complete.wasm", ROOT / "guest_examples" / "complete.wasm"]
+        for guest in [] if args.skip_startup else guests:
             cold, warm = startup_ms(nn.engine, Path(guest))
             print(f"start-up of {Path(guest).name}: compile {cold:.1f} ms, from the compile cache {warm:.1f} ms")
-        fast = round_trip_ms(nn, args.size, args.count, fast=True)
         slow = round_trip_ms(nn, args.size, args.slow_count, fast=False)
-        print(f"round trip of {args.size} bytes in + {args.size} out: {fast:.1f} ms fast path, {slow:.0f} ms without")
-        result = generation(nn, "bench", args.prompt, args.n_predict, args.rounds)
-        for kind, (wall, overhead) in result.items():
-            print(f"{kind}: {args.n_predict} tokens, run {wall * 1000:.1f} ms, host overhead {overhead * 1000:.2f} ms")
-        ratio = result["core module"][0] / result["component"][0]
-        print(f"speed ratio component/core (core time / component time, median of {args.rounds}): {ratio:.3f}")
+        fast = round_trip_ms(nn, args.size, args.count, fast=True)
+        if args.breakdown:
+            breakdown(nn.engine, args.size, "default glibc malloc")
+        fast_calls.keep_list_heap()
+        kept = round_trip_ms(nn, args.size, args.count, fast=True)
+        print(
+            f"round trip of {args.size} bytes in + {args.size} out: {slow:.0f} ms without the fast path, "
+            f"{fast:.1f} ms with it, {kept:.1f} ms with it after keep_list_heap()"
+        )
+        if args.breakdown:
+            breakdown(nn.engine, args.size, "after keep_list_heap()")
+            print(f"largest list<u8> a guest can pass to the host: {largest_list_in(nn.engine)} bytes")
+        if not args.skip_generation:
+            result = generation(nn, "bench", args.prompt, args.n_predict, args.rounds)
+            for kind, (wall, overhead) in result.items():
+                print(
+                    f"{kind}: {args.n_predict} tokens, run {wall * 1000:.1f} ms, host overhead {overhead * 1000:.2f} ms"
+                )
+            ratio = result["core module"][0] / result["component"][0]
+            print(f"speed ratio component/core (core time / component time, median of {args.rounds}): {ratio:.3f}")
         nn.close()
     return 0
 

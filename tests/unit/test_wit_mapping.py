@@ -57,7 +57,12 @@ def test_hayride_requests_get_the_single_output_tensor() -> None:
     ]
 
 
-def test_byte_lists_round_trip_through_c_values() -> None:
+@pytest.mark.parametrize("with_malloc", [True, False])
+def test_byte_lists_round_trip_through_c_values(with_malloc: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # with glibc's malloc (wasmtime frees with it) or wasmtime's own vallist_new_uninit
+    assert (fast_calls._malloc() is not None) is True
+    if not with_malloc:
+        monkeypatch.setattr(fast_calls, "_malloc", lambda: None)
     data = bytes(range(256)) * 17
     value = ffi.wasmtime_component_val_t()
     fast_calls.write_bytes(data, value)

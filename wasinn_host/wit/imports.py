@@ -17,7 +17,7 @@ components and core modules share models and decode in the same batches.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import wasmtime
 from wasmtime import component as cm
@@ -89,12 +89,17 @@ class WitNNImports:
 
     # -- Store bookkeeping ---------------------------------------------------------
 
-    def attach(self, store: wasmtime.Store, allowed: Iterable[str] | None = None) -> ComponentState:
-        """Give ``store`` its resource tables, freed with the Store (or by :meth:`detach`)."""
-        return self.stores.put(store, self._new_state(allowed if allowed is not None else self.allowed))
+    def attach(
+        self, store: wasmtime.Store, allowed: Iterable[str] | None = None, dirs: Sequence[tuple[str, str]] = ()
+    ) -> ComponentState:
+        """Give ``store`` its resource tables, freed with the Store (or by :meth:`detach`); ``dirs`` are
+        the (host, guest) directories preopened for it, the only places its ``image`` key may name."""
+        return self.stores.put(store, self._new_state(allowed if allowed is not None else self.allowed, dirs))
 
-    def _new_state(self, allowed: frozenset[str] | Iterable[str] | None) -> ComponentState:
-        return ComponentState(self.limits, self.contexts_alive, allowed)
+    def _new_state(
+        self, allowed: frozenset[str] | Iterable[str] | None, dirs: Sequence[tuple[str, str]] = ()
+    ) -> ComponentState:
+        return ComponentState(self.limits, self.contexts_alive, allowed, dirs)
 
     def detach(self, store: wasmtime.Store) -> None:
         """Free ``store``'s resources now."""

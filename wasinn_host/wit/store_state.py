@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Iterable, TypeVar
+from typing import Iterable, Sequence, TypeVar
 
 from ..backend.protocol import BackendContext, BackendGraph
 from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.limits import Limits
+from ..ephemeral.guest_files import give_image_reader
 from ..ephemeral.store_state import ContextCounter
 from .error_code import ErrorCode
 from .tensors import HostTensor
@@ -29,9 +30,17 @@ ERROR = "error"
 class ComponentState:
     """The resource tables of one Store, with the limits and model-name allow-list of its guest."""
 
-    def __init__(self, limits: Limits, counter: ContextCounter, allowed: Iterable[str] | None = None) -> None:
+    def __init__(
+        self,
+        limits: Limits,
+        counter: ContextCounter,
+        allowed: Iterable[str] | None = None,
+        dirs: Sequence[tuple[str, str]] = (),
+    ) -> None:
         self.limits = limits
         self.allowed = frozenset(allowed) if allowed is not None else None
+        self.dirs = list(dirs)
+        """The (host, guest) directories preopened for the component: where its ``image`` key may point."""
         self._counter = counter
         self._lock = threading.Lock()
         self._next = 1
@@ -88,7 +97,9 @@ class ComponentState:
     def add_context(self, graph: BackendGraph) -> int:
         """A new execution context on ``graph`` (refused beyond the per-Store and process limits)."""
         self.limits.check_context_room("init-execution-context", len(self.contexts), self._counter.value)
-        rep = self._add(self.contexts, graph.open_context())
+        context = graph.open_context()
+        give_image_reader(context, self.dirs)
+        rep = self._add(self.contexts, context)
         self._context_graph[rep] = graph
         self._touched[rep] = time.monotonic()
         self._counter.add(1)
