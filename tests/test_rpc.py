@@ -406,6 +406,22 @@ def test_cli_errors_are_one_line(tmp_path: pathlib.Path) -> None:
         assert result.stderr.count("\n") == 1 and result.stderr.startswith("wasinn: error: "), result.stderr
 
 
+def test_run_warns_that_engine_limits_are_the_servers(tmp_path: pathlib.Path) -> None:
+    """Client-side --max-* options that only a model's engine applies get one warning over RPC."""
+    args = ["run", "--nn-rpc-uri", f"unix://{tmp_path / 'none.sock'}", str(GUESTS / "complete.wasm"), "a", "b"]
+    plain = subprocess.run([sys.executable, "-m", "wasinn_host.cli", *args], capture_output=True, text=True)
+    assert "server's engine" not in plain.stderr
+    limited = subprocess.run(
+        [sys.executable, "-m", "wasinn_host.cli", *args[:3], "--max-n-predict=8", "--max-prompt-bytes=99", *args[3:]],
+        capture_output=True,
+        text=True,
+    )
+    assert limited.stderr.splitlines()[0] == (
+        "wasinn: WARNING: --max-n-predict: with --nn-rpc-uri the server's engine applies this limit; "
+        "set it on `wasinn serve`"
+    ), "--max-prompt-bytes is checked by the client's front end: no warning for it"
+
+
 def test_killed_server_mid_stream(tmp_path: pathlib.Path, successor_path: pathlib.Path) -> None:
     """A server killed while a guest streams: the next call gets errno 5 at once, never a silent 0."""
     sock = tmp_path / "dies.sock"

@@ -26,6 +26,7 @@ from .cli_options import (
     limits_from,
     read_pem,
     warn_missing_models,
+    warn_server_limits,
     with_projectors,
 )
 from .core.errors import WasiNNError
@@ -194,6 +195,7 @@ def run_command(ns: argparse.Namespace) -> int:
     rpc_options = None
     try:
         if ns.nn_rpc_uri:
+            warn_server_limits(ns)
             tls_ca = read_pem(ns.tls_ca, "--tls-ca")
             rpc_options = ClientOptions(ns.nn_rpc_token, tls_ca, compute_timeout=ns.rpc_compute_timeout)
         else:

@@ -138,6 +138,22 @@ def limits_from(ns: argparse.Namespace, allow_load_bytes: bool) -> Limits:
     return Limits(allow_load_bytes=allow_load_bytes, **values)
 
 
+SERVER_LIMITS = ("max_queue", "queue_timeout_ms", "max_output_bytes", "max_n_predict", "max_kv_bytes")
+"""Limits the model's engine applies: with ``--nn-rpc-uri`` that engine is the server's."""
+
+
+def warn_server_limits(ns: argparse.Namespace) -> None:
+    """With ``--nn-rpc-uri``, one warning naming the limit options given that only a server applies."""
+    given = [f"--{field.replace('_', '-')}" for field in SERVER_LIMITS if getattr(ns, field) != getattr(Limits, field)]
+    if given:
+        logging.getLogger("wasinn_host").warning(
+            "%s: with --nn-rpc-uri the server's engine applies %s; set %s on `wasinn serve`",
+            ", ".join(given),
+            "this limit" if len(given) == 1 else "these limits",
+            "it" if len(given) == 1 else "them",
+        )
+
+
 def fail(message: str) -> int:
     """Print a one-line user error and return the usage exit code."""
     print(f"wasinn: error: {message}", file=sys.stderr)
