@@ -191,3 +191,20 @@ def test_sequences_grow_when_more_contexts_compute(fake_model: pathlib.Path) -> 
     assert (len(worker.slots), worker.sequences_high_water) == (8, 8)
     assert worker.growths in (1, 2), "2 -> 8, or 2 -> 4 -> 8 when the contexts arrive one by one"
     worker.close()
+
+
+@dataclasses.dataclass
+class _Span:
+    """An image's place in a prompt, as ``vision.ImageSpan`` holds it (without its libmtmd chunk)."""
+
+    start: int
+    n_tokens: int
+    n_pos: int
+
+
+def test_positions_after_m_rope_images_advance_by_their_positions_not_their_tokens() -> None:
+    from wasinn_host.core.engine import Job
+
+    job = Job(GenerationRequest((1,) * 20, 0, GREEDY, StopParams()), ContextState())
+    job.images = {3: _Span(3, 4, 2), 10: _Span(10, 6, 6)}  # an M-RoPE image, then an ordinary one
+    assert [job.position(i) for i in range(20)] == [0, 1, 2, 3, 4, 5, 6, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]

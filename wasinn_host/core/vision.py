@@ -39,12 +39,8 @@ class ImageSpan:
     start: int
     n_tokens: int
     chunk: Any
-    n_pos: int = -1
+    n_pos: int
     """Positions the image takes in the sequence (``n_tokens`` unless the projector uses M-RoPE)."""
-
-    def __post_init__(self) -> None:
-        if self.n_pos < 0:
-            self.n_pos = self.n_tokens
 
 
 @dataclass(eq=False)
@@ -82,7 +78,6 @@ class Vision:
         if not mtmd.mtmd_support_vision(self.ptr):
             self.close()
             raise invalid(f"mmproj {str(mmproj)!r} has no vision encoder")
-        self.mrope = bool(mtmd.mtmd_decode_use_mrope(self.ptr))
         self.marker: bytes = mtmd.mtmd_default_marker() or b"<__media__>"
         self._lock = threading.Lock()
         self._opt = mtmd.mtmd_helper_init_opt_default()
