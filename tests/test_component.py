@@ -258,7 +258,7 @@ def test_resources_left_by_the_guest_are_freed_with_the_store(nn: WasiNN, tmp_pa
     # keeps one graph and one context (with a computed conversation) and drops nothing
     _instantiate_probe(nn, store, ["name", "succ", "ctx", "compute", "1", "prompt", "4", "-", "ab"], tmp_path / "o")
     (state,) = nn.wit_imports.states()
-    assert state.live() == {"tensor": 0, "graph": 1, "graph-execution-context": 1, "error": 0}
+    assert state.live() == {"tensor": 0, "graph": 1, "graph-execution-context": 1, "error": 0, "tensor-stream": 0}
     assert nn.imports.contexts_alive.value == 1
     context = next(iter(state.contexts.values()))
     del store
@@ -278,7 +278,7 @@ def test_dropped_resources_are_freed_at_once(nn: WasiNN, tmp_path: pathlib.Path)
         tmp_path / "o",
     )
     (state,) = nn.wit_imports.states()
-    assert state.live() == {"tensor": 0, "graph": 0, "graph-execution-context": 0, "error": 0}
+    assert state.live() == {"tensor": 0, "graph": 0, "graph-execution-context": 0, "error": 0, "tensor-stream": 0}
     assert nn.imports.contexts_alive.value == 0
     nn.detach(store)
 
@@ -334,7 +334,7 @@ def test_idle_contexts_are_freed(registry: ModelRegistry, tmp_path: pathlib.Path
     deadline = time.monotonic() + 30
     while state.contexts and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert state.live() == {"tensor": 0, "graph": 1, "graph-execution-context": 0, "error": 0}
+    assert state.live() == {"tensor": 0, "graph": 1, "graph-execution-context": 0, "error": 0, "tensor-stream": 0}
     assert nn.imports.contexts_alive.value == 0
     nn.detach(store)
 

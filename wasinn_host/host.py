@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, Union
@@ -122,6 +123,8 @@ class WasiNN:
             config.epoch_interruption = interruptible
             engine = wasmtime.Engine(config)
         self.engine = engine
+        self._component_linker: wasmtime.component.Linker | None = None
+        self._linker_lock = threading.Lock()
         self.compile_cache: CompileCache | None = None
         if compile_cache is not False:
             directory = None if compile_cache is True else Path(compile_cache)
@@ -132,7 +135,9 @@ class WasiNN:
         self.imports.add_to_linker(linker)
 
     def add_to_component_linker(self, linker: wasmtime.component.Linker) -> None:
-        """Define ``wasi:nn@0.2.0-rc-2024-10-28`` (graph, tensor, inference, errors) on a component linker."""
+        """Define ``wasi:nn@0.2.0-rc-2024-10-28`` (graph, tensor, inference, errors) and Hayride's streaming
+        interfaces on a component linker (build a Linker once and use it for every Store: each call
+        defines a few hundred host functions)."""
         self.wit_imports.add_to_linker(linker)
 
     def attach(
@@ -270,9 +275,12 @@ class WasiNN:
 
     def _run_component(self, store: wasmtime.Store, component: wasmtime.component.Component) -> int:
         """Run a command component: wasi:cli (``add_wasip2``) and wasi:nn, then ``wasi:cli/run``."""
-        linker = wasmtime.component.Linker(self.engine)
-        linker.add_wasip2()
-        self.add_to_component_linker(linker)
+        with self._linker_lock:  # one Linker for every run: it holds no per-Store state
+            if self._component_linker is None:
+                self._component_linker = wasmtime.component.Linker(self.engine)
+                self._component_linker.add_wasip2()
+                self.add_to_component_linker(self._component_linker)
+            linker = self._component_linker
         try:
             instance = linker.instantiate(store, component)
         except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:

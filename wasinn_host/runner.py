@@ -99,6 +99,8 @@ def _run_one(
         result.code = nn.run(module, args, options)
     except GuestError as exc:
         result.error = str(exc)
+    except Exception as exc:  # a host bug: a one-line error and a failed exit code, never a silent 0
+        result.error = f"internal error: {type(exc).__name__}: {exc}"
 
 
 def run_instances(

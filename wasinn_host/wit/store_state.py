@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Iterable, Sequence, TypeVar
+from typing import Any, Iterable, Sequence, TypeVar
 
 from ..backend.protocol import BackendContext, BackendGraph
 from ..core.errors import ErrorKind, WasiNNError, invalid
@@ -25,6 +25,11 @@ TENSOR = "tensor"
 GRAPH = "graph"
 CONTEXT = "graph-execution-context"
 ERROR = "error"
+GRAPH_STREAM = "graph-stream"
+CONTEXT_STREAM = "graph-execution-context-stream"
+TENSOR_STREAM = "tensor-stream"
+"""Hayride's streaming resources (``hayride_streams.py``): its graphs and contexts live in the same
+tables as ``wasi:nn``'s, its streams in their own."""
 
 
 class ComponentState:
@@ -48,6 +53,10 @@ class ComponentState:
         self.graphs: dict[int, BackendGraph] = {}
         self.contexts: dict[int, BackendContext] = {}
         self.errors: dict[int, tuple[ErrorCode, str]] = {}
+        self.streams: dict[int, Any] = {}
+        """Hayride tensor-streams (``hayride_streams.TensorStream``)."""
+        self.pollable_factory: dict[str, Any] = {}
+        """This Store's instance of the ready-pollable factory (``ready_pollable.py``), once made."""
         self._context_graph: dict[int, BackendGraph] = {}
         """The graph each context was opened on: a graph the guest dropped is closed after its last context."""
         self._dropped_graphs: list[BackendGraph] = []
@@ -126,6 +135,14 @@ class ComponentState:
             self.drop(CONTEXT, rep)
         return len(stale)
 
+    def add_stream(self, stream: Any) -> int:
+        """A new tensor-stream's rep."""
+        return self._add(self.streams, stream)
+
+    def stream(self, rep: int) -> Any:
+        """The tensor-stream behind ``rep``."""
+        return self._get(self.streams, rep, "tensor-stream")
+
     def add_error(self, code: ErrorCode, data: str) -> int:
         """A new error resource's rep."""
         return self._add(self.errors, (code, data))
@@ -148,12 +165,14 @@ class ComponentState:
             self.tensors.pop(rep, None)
         elif kind == ERROR:
             self.errors.pop(rep, None)
-        elif kind == GRAPH:
+        elif kind == TENSOR_STREAM:
+            self.streams.pop(rep, None)
+        elif kind in (GRAPH, GRAPH_STREAM):
             graph = self.graphs.pop(rep, None)
             if graph is not None:
                 self._dropped_graphs.append(graph)
                 self._close_unused_graphs()
-        elif kind == CONTEXT:
+        elif kind in (CONTEXT, CONTEXT_STREAM):
             context = self.contexts.pop(rep, None)
             self._context_graph.pop(rep, None)
             self._touched.pop(rep, None)
@@ -181,6 +200,7 @@ class ComponentState:
             GRAPH: len(self.graphs),
             CONTEXT: len(self.contexts),
             ERROR: len(self.errors),
+            TENSOR_STREAM: len(self.streams),
         }
 
     def close(self) -> None:
@@ -194,3 +214,5 @@ class ComponentState:
             self.drop(GRAPH, rep)
         self.tensors.clear()
         self.errors.clear()
+        self.streams.clear()
+        self.pollable_factory.clear()
