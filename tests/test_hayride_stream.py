@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import json
 import pathlib
+from typing import Any
 
 import wasmtime
 import wasmtime.component as cm
@@ -85,3 +86,28 @@ def test_a_host_bug_in_a_guest_thread_is_one_line_and_a_failed_exit(nn: WasiNN, 
     results = run_instances(nn, STREAM, ["succ", "abc"], RunOptions())
     assert (results[0].code, results[0].error) == (None, "internal error: ValueError: boom")
     assert _exit_code(results, None) != 0
+
+
+def test_a_new_compute_closes_the_contexts_older_stream(nn: WasiNN) -> None:
+    """The streams of one context at the host's level: a second compute ends the first answer's stream."""
+    from wasinn_host.wit.hayride_streams import HayrideStreams
+    from wasinn_host.wit.tensors import HostTensor
+
+    store = wasmtime.Store(nn.engine)
+    nn.attach(store)
+    streams = HayrideStreams(nn.wit_imports)
+    state = nn.wit_imports.state(store)
+    context = streams.init_execution_context(state, streams.load_by_name(state, "succ").rep).rep
+
+    def compute(prompt: bytes) -> Any:
+        _name, handle = streams.compute(state, context, [("prompt", state.add_tensor(HostTensor.u8(prompt)))])
+        return state.stream(handle.rep)
+
+    first = compute(b"abc")
+    HayrideStreams._step(state, first)
+    second = compute(b"k")
+    assert (first.done, bytes(first.pending)) == (True, successor_text("abc", 1).encode())
+    while not second.done:
+        HayrideStreams._step(state, second)
+    assert bytes(second.pending) == successor_text("k").encode()
+    nn.detach(store)

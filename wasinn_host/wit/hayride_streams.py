@@ -104,7 +104,10 @@ class HayrideStreams:
         """``compute(inputs)``: set the prompt (and config) and return the stream of the answer."""
         request = read_request(self.imports.take_inputs(state, inputs), self.imports.limits)
         context = state.context(context_rep)
-        context.end_stream()  # a new compute starts a new answer
+        context.end_stream()  # a new compute starts a new answer: the context's older streams end here
+        for older in state.streams.values():
+            if older.context == context_rep:
+                older.context = None
         if request.config is not None:
             context.configure(request.config)
         context.set_prompt(request.prompt)
