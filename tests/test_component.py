@@ -351,6 +351,8 @@ def test_components_over_rpc(registry: ModelRegistry, tmp_path: pathlib.Path) ->
                       "options", "4", "-", '{"max_predict": 3}')  # fmt: skip
         assert lines[0].startswith("error not-found load-by-name: model name 'nope' is not preloaded")
         assert lines[1:] == ["graph ok", "ctx ok", "outputs 1", f"Output U8 [3] {successor_text('m', 3)}"]
+        streamed = run_component(remote, tmp_path, "hayride_stream", ["succ", "k", '{"max_predict": 4}'])
+        assert streamed == (0, successor_text("k", 4) + "\n", "stream Output, chunks: 4\n"), "Hayride's streams too"
     finally:
         remote.close()
         server.stop(1)
