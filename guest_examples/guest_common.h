@@ -208,9 +208,9 @@ static inline int nn_fail(const char *call, int32_t rc) {
     return 1;
 }
 
-/* set_input(ctx, index, U8 tensor with dims = [len]) for prompt or JSON text. */
-static inline int32_t nn_set_text(uint32_t ctx, uint32_t index, const char *text, size_t len) {
-    uint32_t dims[1] = {(uint32_t)len};
+/* set_input(ctx, index, U8 tensor of len bytes with dims = [dim]). */
+static inline int32_t nn_set_u8(uint32_t ctx, uint32_t index, const char *text, size_t len, uint32_t dim) {
+    uint32_t dims[1] = {dim};
     wasi_nn_tensor_t t = {
         .dims_ptr = WASI_NN_PTR(dims),
         .dims_len = 1,
@@ -219,6 +219,11 @@ static inline int32_t nn_set_text(uint32_t ctx, uint32_t index, const char *text
         .data_len = (uint32_t)len,
     };
     return wasi_nn_set_input(ctx, index, WASI_NN_PTR(&t));
+}
+
+/* set_input(ctx, index, U8 tensor with dims = [len]) for prompt or JSON text. */
+static inline int32_t nn_set_text(uint32_t ctx, uint32_t index, const char *text, size_t len) {
+    return nn_set_u8(ctx, index, text, len, (uint32_t)len);
 }
 
 /* set_input(ctx, 0, prompt) as U8 text. */
@@ -253,20 +258,25 @@ static inline int32_t nn_get_metadata(uint32_t ctx, char *buf, size_t cap, size_
  * (ContextFull): error line, then the output and metadata are still printed,
  * return 1. Otherwise return 0.
  */
-/* load_by_name_with_config(alias, config JSON from the environment), then
- * init_execution_context. Returns 0 with *ctx set, or 1 after an error line. */
-static inline int open_named_context(const char *alias, uint32_t *ctx) {
-    strbuf_t config = {0};
-    build_config_json(&config);
+/* load_by_name_with_config(alias, config) (config is freed), then init_execution_context.
+ * Returns 0 with *ctx set, or 1 after an error line. */
+static inline int open_context_with(const char *alias, strbuf_t *config, uint32_t *ctx) {
     uint32_t graph = 0;
     int32_t rc = wasi_nn_load_by_name_with_config(WASI_NN_PTR(alias), (uint32_t)strlen(alias),
-                                                  WASI_NN_PTR(config.data), (uint32_t)config.len,
+                                                  WASI_NN_PTR(config->data), (uint32_t)config->len,
                                                   WASI_NN_PTR(&graph));
-    sb_free(&config);
+    sb_free(config);
     if (rc != 0) return nn_fail("load_by_name_with_config", rc);
     if ((rc = wasi_nn_init_execution_context(graph, WASI_NN_PTR(ctx))) != 0)
         return nn_fail("init_execution_context", rc);
     return 0;
+}
+
+/* open_context_with(alias, the config JSON from the environment). */
+static inline int open_named_context(const char *alias, uint32_t *ctx) {
+    strbuf_t config = {0};
+    build_config_json(&config);
+    return open_context_with(alias, &config, ctx);
 }
 
 static inline int run_completion(uint32_t ctx, const char *prompt) {

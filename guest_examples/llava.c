@@ -107,14 +107,8 @@ int main(int argc, char **argv) {
 
     strbuf_t config = {0}, prompt = {0};
     build_config(&config, image, base64);
-    uint32_t graph = 0, ctx = 0;
-    int32_t rc = wasi_nn_load_by_name_with_config(WASI_NN_PTR(argv[1]), (uint32_t)strlen(argv[1]),
-                                                  WASI_NN_PTR(config.data), (uint32_t)config.len,
-                                                  WASI_NN_PTR(&graph));
-    sb_free(&config);
-    if (rc != 0) return nn_fail("load_by_name_with_config", rc);
-    if ((rc = wasi_nn_init_execution_context(graph, WASI_NN_PTR(&ctx))) != 0)
-        return nn_fail("init_execution_context", rc);
+    uint32_t ctx = 0;
+    if (open_context_with(argv[1], &config, &ctx)) return 1;
 
     sb_puts(&prompt, "USER: ");
     if (base64) {

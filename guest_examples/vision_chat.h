@@ -57,15 +57,7 @@ static int vision_config(strbuf_t *config) {
 }
 
 static int32_t vision_set_prompt(uint32_t ctx, const char *prompt, size_t len) {
-    uint32_t dims[1] = {VISION_DIMS_ONE ? 1u : (uint32_t)len};
-    wasi_nn_tensor_t t = {
-        .dims_ptr = WASI_NN_PTR(dims),
-        .dims_len = 1,
-        .type = WASI_NN_TENSOR_U8,
-        .data_ptr = WASI_NN_PTR(prompt),
-        .data_len = (uint32_t)len,
-    };
-    return wasi_nn_set_input(ctx, WASI_NN_INDEX_PROMPT, WASI_NN_PTR(&t));
+    return nn_set_u8(ctx, WASI_NN_INDEX_PROMPT, prompt, len, VISION_DIMS_ONE ? 1u : (uint32_t)len);
 }
 
 /* The value of "key" in a flat metadata JSON object, printed as serde_json prints it ("null" if absent). */
@@ -174,15 +166,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     strbuf_t config = {0};
-    if (vision_config(&config)) return 1;
-    uint32_t graph = 0, ctx = 0;
-    int32_t rc = wasi_nn_load_by_name_with_config(WASI_NN_PTR(argv[1]), (uint32_t)strlen(argv[1]),
-                                                  WASI_NN_PTR(config.data), (uint32_t)config.len,
-                                                  WASI_NN_PTR(&graph));
-    sb_free(&config);
-    if (rc != 0) return nn_fail("load_by_name_with_config", rc);
-    if ((rc = wasi_nn_init_execution_context(graph, WASI_NN_PTR(&ctx))) != 0)
-        return nn_fail("init_execution_context", rc);
+    uint32_t ctx = 0;
+    if (vision_config(&config) || open_context_with(argv[1], &config, &ctx)) return 1;
     return argc >= 3 ? vision_once(ctx, argv[2]) : vision_chat(ctx);
 }
 

@@ -29,7 +29,6 @@ from ..core.errors import WasiNNError
 from ..core.generation import StopReason
 from .llm_mapping import HAYRIDE_OUTPUT, OUTPUT, read_request
 from .store_state import CONTEXT_STREAM, GRAPH_STREAM, TENSOR_STREAM, ComponentState
-from .tensors import HostTensor
 
 if TYPE_CHECKING:
     from .imports import WitNNImports
@@ -120,7 +119,7 @@ class HayrideStreams:
 
     def tensor_stream_new(self, store: Any, dimensions: list[int], ty: str, data: bytes) -> cm.ResourceHost:
         """``[constructor]tensor-stream(dimensions, ty, data)``: a stream that reads back ``data``."""
-        stream = TensorStream(tuple(dimensions), ty, bytearray(HostTensor(tuple(dimensions), ty, data).data))
+        stream = TensorStream(tuple(dimensions), ty, bytearray(data))
         return self.imports.own(TENSOR_STREAM, self.imports.state(store).add_stream(stream))
 
     def dimensions(self, store: Any, handle: cm.ResourceAny) -> list[int]:
