@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -15,22 +14,14 @@ import wasmtime.component as cm
 
 from wasinn_host.compile_cache import CompileCache, default_cache_dir, wasmtime_version
 from wasinn_host.testing.gguf_models import successor_text
-from wasinn_host.testing.guest_runs import GUESTS
+from wasinn_host.testing.guest_runs import GUESTS, wasinn_cli
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 COMPONENT = GUESTS / "components" / "nn_complete.wasm"
 
 
 def wasinn_run(cache: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "wasinn_host", "run", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        check=False,
-    )
+    return wasinn_cli(*args, env={"XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT)}, timeout=300)
 
 
 def test_wasinn_run_runs_a_component_like_the_core_guest(successor_path: pathlib.Path, tmp_path: pathlib.Path) -> None:

@@ -7,13 +7,11 @@ counted in ``input_tokens``, a repeated image is served from the KV cache, and e
 
 from __future__ import annotations
 
-import base64
 import concurrent.futures
 import json
 import pathlib
 import struct
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 
@@ -25,7 +23,8 @@ from wasinn_host.core.errors import ErrorKind, WasiNNError
 from wasinn_host.core.images import MAX_IMAGE_PIXELS, place_image, split_inline_images
 from wasinn_host.core.preload import Preload
 from wasinn_host.testing.abi_guest import AbiGuest, abi_guest_wat
-from wasinn_host.testing.vision_models import IMAGE_TOKENS, png_bytes, solid_png, write_vision_model
+from wasinn_host.testing.guest_runs import wasinn_cli
+from wasinn_host.testing.vision_models import IMAGE_TOKENS, img_tag, png_bytes, solid_png, write_vision_model
 
 GREEDY = {"temp": 0, "n-predict": 8}
 RED, BLUE, GREEN = solid_png(255, 0, 0), solid_png(0, 0, 255), solid_png(0, 255, 0)
@@ -45,10 +44,6 @@ def vision_nn(vision_files: tuple[pathlib.Path, pathlib.Path]) -> Iterator[WasiN
     registry.close()
 
 
-def tag(image: bytes, mime: str = "png") -> str:
-    return f'<img src="data:image/{mime};base64,{base64.b64encode(image).decode()}">'
-
-
 def answer(nn: WasiNN, prompt: str, name: str = "v") -> tuple[str, dict[str, int]]:
     with nn.session(name, GREEDY) as session:
         text = session.complete(prompt)
@@ -56,24 +51,24 @@ def answer(nn: WasiNN, prompt: str, name: str = "v") -> tuple[str, dict[str, int
 
 
 def test_a_different_image_changes_the_answer_and_the_same_image_reproduces_it(vision_nn: WasiNN) -> None:
-    red = answer(vision_nn, f"ab {tag(RED)} cd")[0]
-    blue = answer(vision_nn, f"ab {tag(BLUE)} cd")[0]
-    green = answer(vision_nn, f"ab {tag(GREEN)} cd")[0]
+    red = answer(vision_nn, f"ab {img_tag(RED)} cd")[0]
+    blue = answer(vision_nn, f"ab {img_tag(BLUE)} cd")[0]
+    green = answer(vision_nn, f"ab {img_tag(GREEN)} cd")[0]
     assert len({red, blue, green}) == 3, "the pixels reach the model"
-    assert answer(vision_nn, f"ab {tag(RED)} cd")[0] == red
+    assert answer(vision_nn, f"ab {img_tag(RED)} cd")[0] == red
     assert answer(vision_nn, "ab  cd")[0] not in (red, blue, green), "no image: yet another answer"
 
 
 def test_image_tokens_are_counted_in_input_tokens(vision_nn: WasiNN) -> None:
     without = answer(vision_nn, "ab  cd")[1]["input_tokens"]
-    with_one = answer(vision_nn, f"ab {tag(RED)} cd")[1]["input_tokens"]
-    with_two = answer(vision_nn, f"ab {tag(RED)} c{tag(BLUE)}d")[1]["input_tokens"]
+    with_one = answer(vision_nn, f"ab {img_tag(RED)} cd")[1]["input_tokens"]
+    with_two = answer(vision_nn, f"ab {img_tag(RED)} c{img_tag(BLUE)}d")[1]["input_tokens"]
     assert with_one == without + IMAGE_TOKENS
     assert with_two == without + 2 * IMAGE_TOKENS
 
 
 def test_the_same_image_in_the_next_turn_comes_from_the_kv_cache(vision_nn: WasiNN) -> None:
-    first = f"ab {tag(RED)} cd"
+    first = f"ab {img_tag(RED)} cd"
     with vision_nn.session("v", GREEDY) as session:
         reply = session.complete(first)
         n_first = session.metadata["input_tokens"]
@@ -83,7 +78,7 @@ def test_the_same_image_in_the_next_turn_comes_from_the_kv_cache(vision_nn: Wasi
     assert answer(vision_nn, second)[0] == again, "greedy output identical to a fresh decode"
     with vision_nn.session("v", GREEDY) as session:
         session.complete(first)
-        session.complete(f"ab {tag(BLUE)} cd")
+        session.complete(f"ab {img_tag(BLUE)} cd")
         assert session.metadata["reused_tokens"] < 1 + IMAGE_TOKENS, "a different image is decoded again"
 
 
@@ -92,9 +87,9 @@ def test_jpeg_magic_with_bad_data_gif_and_text_are_refused(vision_nn: WasiNN) ->
     with vision_nn.session("v", GREEDY) as session:
         for image in (corrupt_png, b"\xff\xd8\xff\xe0 no frame", b"plain text, not an image"):
             with pytest.raises(WasiNNError) as err:
-                session.complete(f"ab {tag(image)} cd")
+                session.complete(f"ab {img_tag(image)} cd")
             assert err.value.kind is ErrorKind.INVALID_ARGUMENT
-        assert session.complete(f"ab {tag(RED)} cd"), "the context still works after refusals"
+        assert session.complete(f"ab {img_tag(RED)} cd"), "the context still works after refusals"
 
 
 def test_an_image_too_large_is_refused_from_its_header() -> None:
@@ -108,7 +103,7 @@ def test_an_image_too_large_is_refused_from_its_header() -> None:
 
 def test_an_image_must_be_followed_by_text(vision_nn: WasiNN) -> None:
     with vision_nn.session("v", GREEDY) as session, pytest.raises(WasiNNError, match="followed by text"):
-        session.complete(f"ab {tag(RED)}")
+        session.complete(f"ab {img_tag(RED)}")
 
 
 def test_the_guests_mmproj_key_may_only_name_the_configured_projector(
@@ -117,7 +112,7 @@ def test_the_guests_mmproj_key_may_only_name_the_configured_projector(
     projector = vision_files[1]
     for same in (str(projector), projector.name):
         with vision_nn.session("v", {**GREEDY, "mmproj": same}) as session:
-            assert session.complete(f"ab {tag(RED)} cd") == answer(vision_nn, f"ab {tag(RED)} cd")[0]
+            assert session.complete(f"ab {img_tag(RED)} cd") == answer(vision_nn, f"ab {img_tag(RED)} cd")[0]
     other = tmp_path / "other.gguf"
     other.write_bytes(projector.read_bytes())
     for name in ("v", "t"):
@@ -127,7 +122,7 @@ def test_the_guests_mmproj_key_may_only_name_the_configured_projector(
 
 
 def test_a_model_without_projector_keeps_img_tags_as_text_and_refuses_the_image_key(vision_nn: WasiNN) -> None:
-    text, meta = answer(vision_nn, f"ab {tag(RED)} cd", name="t")
+    text, meta = answer(vision_nn, f"ab {img_tag(RED)} cd", name="t")
     assert meta["input_tokens"] > 100, "the tag is ordinary text there"
     with vision_nn.session("t", {**GREEDY, "image": "/photo.png"}) as session, pytest.raises(WasiNNError) as err:
         session.complete("ab cd")
@@ -135,7 +130,7 @@ def test_a_model_without_projector_keeps_img_tags_as_text_and_refuses_the_image_
 
 
 def test_inline_tags_and_image_key_placement() -> None:
-    text, images = split_inline_images(b"x " + tag(RED).encode() + b" y " + tag(BLUE, "jpeg").encode(), b"<M>")
+    text, images = split_inline_images(b"x " + img_tag(RED).encode() + b" y " + img_tag(BLUE, "jpeg").encode(), b"<M>")
     assert (text, images) == (b"x <M> y <M>", [RED, BLUE])
     assert place_image(b"a <M> b", [RED], BLUE, b"<M>") == (b"<M>a <M> b", [BLUE, RED]), "no <image>: before the text"
     assert place_image(b"a <M> b <image> c", [RED], BLUE, b"<M>") == (b"a <M> b <M> c", [RED, BLUE])
@@ -189,11 +184,11 @@ def test_image_key_reads_the_guests_file_and_places_it_like_an_inline_image(
 ) -> None:
     guest = guest_with_dirs(vision_nn, [(str(photos), "/data")])
     red = guest_answer(guest, "/data/red.png", "ab  cd")
-    assert red == (0, answer(vision_nn, f"{tag(RED)}ab  cd")[0]), "no <image> marker: the image goes first"
-    assert guest_answer(guest, "/data/blue.png", "ab  cd") == (0, answer(vision_nn, f"{tag(BLUE)}ab  cd")[0])
+    assert red == (0, answer(vision_nn, f"{img_tag(RED)}ab  cd")[0]), "no <image> marker: the image goes first"
+    assert guest_answer(guest, "/data/blue.png", "ab  cd") == (0, answer(vision_nn, f"{img_tag(BLUE)}ab  cd")[0])
     assert guest_answer(guest, "/data/blue.png", "ab  cd") != red
     marked = guest_answer(guest, "/data/red.png", "ab <image> cd")
-    assert marked == (0, answer(vision_nn, f"ab {tag(RED)} cd")[0]), "at the model's <image> marker"
+    assert marked == (0, answer(vision_nn, f"ab {img_tag(RED)} cd")[0]), "at the model's <image> marker"
     relative = guest_with_dirs(vision_nn, [(str(photos), ".")])
     assert guest_answer(relative, "red.png", "ab  cd") == red
 
@@ -203,7 +198,7 @@ def test_a_python_session_reads_image_files_through_its_dirs_like_a_guest(
 ) -> None:
     dirs = [(str(photos), "/data")]
     with vision_nn.session("v", {**GREEDY, "image": "/data/blue.png"}, dirs=dirs) as session:
-        assert session.complete("ab <image> cd") == answer(vision_nn, f"ab {tag(BLUE)} cd")[0]
+        assert session.complete("ab <image> cd") == answer(vision_nn, f"ab {img_tag(BLUE)} cd")[0]
     with vision_nn.session("v", {**GREEDY, "image": "/data/../secret.png"}, dirs=dirs) as session:
         with pytest.raises(WasiNNError, match="outside the guest's preopened directories"):
             session.complete("ab <image> cd")
@@ -230,7 +225,7 @@ def test_many_contexts_with_images_at_once_match_one_at_a_time(vision_nn: WasiNN
     """Eight contexts with different images decode together; the model grows its sequences meanwhile
     (4 to start), so images are decoded again after the move, and every answer is still the sequential one."""
     images = [solid_png(30 * i, 255 - 30 * i, (70 * i) % 256) for i in range(8)]
-    prompts = [f"a{i} {tag(image)} b" for i, image in enumerate(images)]
+    prompts = [f"a{i} {img_tag(image)} b" for i, image in enumerate(images)]
     expected = [answer(vision_nn, prompt)[0] for prompt in prompts]
     assert len(set(expected)) == 8
     barrier = threading.Barrier(len(prompts))
@@ -251,7 +246,7 @@ def test_context_shift_after_an_image_keeps_generating(vision_nn: WasiNN) -> Non
     """The image starts at token 32, where the shift leaves the sequence: it must not be decoded again there."""
     config = {"temp": 0, "n-predict": 60, "ctx-size": 64, "ctx-shift": True, "ignore-eos": True}
     with vision_nn.session("v", config) as session:
-        session.complete(f"{'a' * 31}{tag(RED)}cd")
+        session.complete(f"{'a' * 31}{img_tag(RED)}cd")
         meta = session.metadata
         assert (meta["stop_reason"], meta["output_tokens"]) == ("n-predict", 60)
         (model,) = [m for m in vision_nn.registry.loaded() if m.params.ctx_size == 64]
@@ -261,19 +256,6 @@ def test_context_shift_after_an_image_keeps_generating(vision_nn: WasiNN) -> Non
 
 # -- wasinn run: --nn-mmproj, --dir and a C guest configured from its environment -------------
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-def wasinn_run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "wasinn_host", "run", *args],
-        capture_output=True,
-        text=True,
-        errors="replace",
-        cwd=ROOT,
-        timeout=120,
-    )
-
 
 def test_wasinn_run_serves_images_to_a_guest_configured_from_its_environment(
     vision_nn: WasiNN, vision_files: tuple[pathlib.Path, pathlib.Path], photos: pathlib.Path
@@ -282,7 +264,7 @@ def test_wasinn_run_serves_images_to_a_guest_configured_from_its_environment(
 
     def run(image: str, prompt: str, *extra: str) -> subprocess.CompletedProcess[str]:
         config = json.dumps({**GREEDY, "image": image, "mmproj": projector.name})
-        return wasinn_run(
+        return wasinn_cli(
             f"--nn-preload=v:GGML:AUTO:{text}",
             f"--nn-mmproj=v:{projector}",
             f"--dir={photos}::/data",
@@ -295,7 +277,7 @@ def test_wasinn_run_serves_images_to_a_guest_configured_from_its_environment(
 
     red, blue = run("/data/red.png", "ab  cd"), run("/data/blue.png", "ab  cd")
     assert red.returncode == 0, red.stderr
-    assert red.stdout.rstrip("\n") == answer(vision_nn, f"{tag(RED)}ab  cd")[0]
+    assert red.stdout.rstrip("\n") == answer(vision_nn, f"{img_tag(RED)}ab  cd")[0]
     assert blue.returncode == 0 and blue.stdout != red.stdout
     assert f'"input_tokens":{1 + 6 + IMAGE_TOKENS}' in red.stderr.replace(" ", ""), "the metadata counts the image"
     outside = run("/etc/hostname", "ab  cd")
@@ -303,7 +285,7 @@ def test_wasinn_run_serves_images_to_a_guest_configured_from_its_environment(
 
 
 def test_nn_mmproj_must_name_a_preloaded_model() -> None:
-    result = wasinn_run("--nn-preload=v:GGML:AUTO:m.gguf", "--nn-mmproj=w:p.gguf", "guest_examples/complete.wasm")
+    result = wasinn_cli("--nn-preload=v:GGML:AUTO:m.gguf", "--nn-mmproj=w:p.gguf", "guest_examples/complete.wasm")
     assert result.returncode == 2
     assert result.stderr.strip() == "wasinn: error: --nn-mmproj 'w:p.gguf': 'w' is not a --nn-preload name"
 
@@ -318,7 +300,7 @@ def test_llava_guest_with_the_image_key_or_inline_base64(
 
     def run(image: str) -> subprocess.CompletedProcess[str]:
         env = [f"--env=image={image}", f"--env=mmproj={projector.name}", f"--env=base64={base64}"]
-        return wasinn_run(
+        return wasinn_cli(
             f"--nn-preload=v:GGML:AUTO:{text}",
             f"--nn-mmproj=v:{projector}",
             f"--dir={photos}::/data",
@@ -332,7 +314,7 @@ def test_llava_guest_with_the_image_key_or_inline_base64(
 
     red, blue = run("/data/red.png"), run("/data/blue.png")
     assert red.returncode == 0, red.stderr
-    assert red.stdout.rstrip("\n") == answer(vision_nn, f"USER: {tag(RED)}\nwhat is it?\nASSISTANT:")[0]
+    assert red.stdout.rstrip("\n") == answer(vision_nn, f"USER: {img_tag(RED)}\nwhat is it?\nASSISTANT:")[0]
     assert blue.returncode == 0 and blue.stdout != red.stdout
     missing = run("/data/none.png")
     assert missing.returncode == 1 and missing.stdout == ""
@@ -345,14 +327,14 @@ def test_a_gemma3_style_projector_decodes_its_image_non_causally(tmp_path: pathl
     registry = ModelRegistry([Preload("g", text, mmproj=projector)])
     try:
         nn = WasiNN(registry=registry)
-        red, blue = answer(nn, f"ab {tag(RED)} cd", "g"), answer(nn, f"ab {tag(BLUE)} cd", "g")
-        assert red[0] != blue[0] and answer(nn, f"ab {tag(RED)} cd", "g")[0] == red[0]
+        red, blue = answer(nn, f"ab {img_tag(RED)} cd", "g"), answer(nn, f"ab {img_tag(BLUE)} cd", "g")
+        assert red[0] != blue[0] and answer(nn, f"ab {img_tag(RED)} cd", "g")[0] == red[0]
         assert red[1]["input_tokens"] - answer(nn, "ab  cd", "g")[1]["input_tokens"] > IMAGE_TOKENS, (
             "16 image tokens plus Gemma 3's <start_of_image> / <end_of_image> text"
         )
         with nn.session("g", GREEDY) as session:  # a follow-up turn reuses the image's cells
-            first = session.complete(f"ab {tag(RED)} cd")
-            session.complete(f"ab {tag(RED)} cd{first} more")
+            first = session.complete(f"ab {img_tag(RED)} cd")
+            session.complete(f"ab {img_tag(RED)} cd{first} more")
             assert session.metadata["reused_tokens"] >= red[1]["input_tokens"]
     finally:
         registry.close()

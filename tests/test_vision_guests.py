@@ -10,12 +10,10 @@ sequences.  ``guest_examples/gemma3.wasm`` and ``qwen2vl.wasm`` (C ports of Wasm
 
 from __future__ import annotations
 
-import base64
 import concurrent.futures
 import ctypes
 import pathlib
 import subprocess
-import sys
 from collections.abc import Iterator
 
 import llama_cpp
@@ -27,11 +25,11 @@ from wasinn_host.backend.local import LocalBackend
 from wasinn_host.core.limits import Limits
 from wasinn_host.core.preload import Preload
 from wasinn_host.rpc.server import NNServer
-from wasinn_host.testing.vision_models import solid_png, write_vision_model
+from wasinn_host.testing.guest_runs import wasinn_cli
+from wasinn_host.testing.vision_models import img_tag, solid_png, write_vision_model
 
 GREEDY = {"temp": 0, "n-predict": 8}
 RED, BLUE, GREEN = solid_png(255, 0, 0), solid_png(0, 0, 255), solid_png(0, 255, 0)
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +43,6 @@ def qwen_nn(qwen_files: tuple[pathlib.Path, pathlib.Path]) -> Iterator[WasiNN]:
     registry = ModelRegistry([Preload("q", text, mmproj=projector)])
     yield WasiNN(registry=registry)
     registry.close()
-
-
-def tag(image: bytes) -> str:
-    return f'<img src="data:image/png;base64,{base64.b64encode(image).decode()}">'
 
 
 def answer(nn: WasiNN, prompt: str, name: str = "q", config: dict[str, object] | None = None) -> tuple[str, int]:
@@ -119,13 +113,13 @@ def test_qwen2vl_answers_equal_libmtmds_own_decoding(
     """An image is 4 tokens on 2 positions here; positions as token indices would give other answers."""
     for image in (RED, BLUE):
         native = native_answer(qwen_files, "ab ", image, " cd")
-        assert answer(qwen_nn, f"ab {tag(image)} cd") == native
-    assert answer(qwen_nn, f"ab {tag(RED)} cd")[0] != answer(qwen_nn, f"ab {tag(BLUE)} cd")[0]
-    assert answer(qwen_nn, f"ab {tag(GREEN)} cd")[0] != answer(qwen_nn, f"ab {tag(RED)} cd")[0]
+        assert answer(qwen_nn, f"ab {img_tag(image)} cd") == native
+    assert answer(qwen_nn, f"ab {img_tag(RED)} cd")[0] != answer(qwen_nn, f"ab {img_tag(BLUE)} cd")[0]
+    assert answer(qwen_nn, f"ab {img_tag(GREEN)} cd")[0] != answer(qwen_nn, f"ab {img_tag(RED)} cd")[0]
 
 
 def test_qwen2vl_follow_up_turn_reuses_the_image_and_matches_a_fresh_decode(qwen_nn: WasiNN) -> None:
-    first = f"ab {tag(RED)} cd"
+    first = f"ab {img_tag(RED)} cd"
     with qwen_nn.session("q", GREEDY) as session:
         reply = session.complete(first)
         n_first = session.metadata["input_tokens"]
@@ -136,7 +130,7 @@ def test_qwen2vl_follow_up_turn_reuses_the_image_and_matches_a_fresh_decode(qwen
 
 
 def test_qwen2vl_contexts_at_once_match_one_at_a_time(qwen_nn: WasiNN) -> None:
-    prompts = [f"ab {tag(image)} cd{i}" for i, image in enumerate((RED, BLUE, GREEN, RED))]
+    prompts = [f"ab {img_tag(image)} cd{i}" for i, image in enumerate((RED, BLUE, GREEN, RED))]
     alone = [answer(qwen_nn, p)[0] for p in prompts]
     with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
         together = list(pool.map(lambda p: answer(qwen_nn, p)[0], prompts))
@@ -147,24 +141,12 @@ def test_qwen2vl_context_full_after_an_image_stops_instead_of_shifting(qwen_nn: 
     """Shifting moves positions by a token count, which M-RoPE images do not follow: the generation stops."""
     config = {"temp": 0, "n-predict": 100, "ctx-size": 64, "ctx-shift": True, "ignore-eos": True}
     with qwen_nn.session("q", config) as session:
-        session.complete(f"ab {tag(RED)} cd")
+        session.complete(f"ab {img_tag(RED)} cd")
         assert session.metadata["stop_reason"] == "context full"
         assert session.metadata["input_tokens"] + session.metadata["output_tokens"] == 64 + 1, "the last is not decoded"
 
 
 # -- WasmEdge's gemma-3 and qwen2vl example guests through wasinn run ---------------------------
-
-
-def wasinn_run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "wasinn_host", "run", *args],
-        capture_output=True,
-        text=True,
-        errors="replace",
-        cwd=ROOT,
-        timeout=120,
-        input=stdin,
-    )
 
 
 GEMMA3_TURN = "<start_of_turn>user\n<start_of_image>{image}<end_of_image>{text}<end_of_turn>\n<start_of_turn>model\n"
@@ -194,7 +176,7 @@ def test_wasmedge_vision_guest_answers_a_prompt_argument(
     answers: set[str] = set()
 
     def run(image: str) -> subprocess.CompletedProcess[str]:
-        return wasinn_run(
+        return wasinn_cli(
             f"--nn-preload=m:GGML:AUTO:{text}",
             f"--nn-mmproj=m:{projector}",
             f"--dir={photos}::/data",
@@ -211,7 +193,7 @@ def test_wasmedge_vision_guest_answers_a_prompt_argument(
     try:
         nn = WasiNN(registry=registry)
         for image, name in ((RED, "red"), (BLUE, "blue")):
-            expected, n_input = answer(nn, f"ab {tag(image)} cd", "m")
+            expected, n_input = answer(nn, f"ab {img_tag(image)} cd", "m")
             result = run(f"/data/{name}.png")
             assert result.returncode == 0, result.stderr
             assert result.stdout.startswith(f"Prompt:\n{prompt}\nResponse:\n[INFO] llama_commit: ")
@@ -225,7 +207,7 @@ def test_wasmedge_vision_guest_answers_a_prompt_argument(
         assert len(answers) == 2, "the image decides the answer"
     finally:
         registry.close()
-    missing = wasinn_run(f"--nn-preload=m:GGML:AUTO:{text}", f"guest_examples/{kind}.wasm", "m", "hi")
+    missing = wasinn_cli(f"--nn-preload=m:GGML:AUTO:{text}", f"guest_examples/{kind}.wasm", "m", "hi")
     assert (missing.returncode, missing.stderr.strip()) == (1, "Failed to get mmproj model.")
 
 
@@ -242,7 +224,7 @@ def test_wasmedge_vision_guest_chat_resends_the_conversation_with_the_image_from
         if kind == "gemma3"
         else (QWEN2VL_TURN, "<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n", "<|im_end|>\n")
     )
-    result = wasinn_run(
+    result = wasinn_cli(
         f"--nn-preload=m:GGML:AUTO:{text}",
         f"--nn-mmproj=m:{projector}",
         f"--dir={photos}::/data",
@@ -259,7 +241,7 @@ def test_wasmedge_vision_guest_chat_resends_the_conversation_with_the_image_from
     registry = ModelRegistry([Preload("m", text, mmproj=projector)])
     try:
         nn = WasiNN(registry=registry)
-        first = turn.format(image=tag(RED), text="what is it?")
+        first = turn.format(image=img_tag(RED), text="what is it?")
         reply, n_first = answer(nn, first, "m")
         second = first + reply.strip() + end + next_turn.format(text="and the colour?")
         expected = ["USER:", "ASSISTANT:", reply.strip(), "USER:", "ASSISTANT:", answer(nn, second, "m")[0].strip()]
@@ -285,12 +267,12 @@ def test_vision_guests_over_rpc_send_the_guests_image_inline(
         dirs = [(str(photos), "/data")]
         for config in ({"image": "/data/blue.png"}, {"image": "/data/blue.png", "mmproj": "any.gguf"}):
             with remote.session("q", {**GREEDY, **config}, dirs=dirs) as session:
-                assert session.complete("ab <image> cd") == answer(qwen_nn, f"ab {tag(BLUE)} cd")[0]
+                assert session.complete("ab <image> cd") == answer(qwen_nn, f"ab {img_tag(BLUE)} cd")[0]
         with remote.session("q", {**GREEDY, "image": "/data/blue.png"}) as session:
             with pytest.raises(Exception, match="cannot read files"):
                 session.complete("ab <image> cd")
         remote.close()
-        result = wasinn_run(
+        result = wasinn_cli(
             f"--nn-rpc-uri=unix://{tmp_path / 'nn.sock'}",
             f"--dir={photos}::/data",
             "--env=image=/data/red.png",
@@ -301,7 +283,9 @@ def test_vision_guests_over_rpc_send_the_guests_image_inline(
             "ab <image> cd",
         )
         assert result.returncode == 0, result.stderr
-        assert f"\n{answer(qwen_nn, f'ab {tag(RED)} cd')[0].strip()}\n[INFO] Number of input tokens" in result.stdout
+        assert (
+            f"\n{answer(qwen_nn, f'ab {img_tag(RED)} cd')[0].strip()}\n[INFO] Number of input tokens" in result.stdout
+        )
     finally:
         server.stop(1)
         registry.close()
@@ -314,7 +298,7 @@ def test_a_component_guest_reads_its_image_through_its_preopened_directories(
     text, projector = qwen_files
 
     def run(image: str) -> subprocess.CompletedProcess[str]:
-        return wasinn_run(
+        return wasinn_cli(
             f"--nn-preload=q:GGML:AUTO:{text}",
             f"--nn-mmproj=q:{projector}",
             f"--dir={photos}::/data",
@@ -326,6 +310,6 @@ def test_a_component_guest_reads_its_image_through_its_preopened_directories(
 
     for image, name in ((RED, "red"), (BLUE, "blue")):
         result = run(f"/data/{name}.png")
-        assert (result.returncode, result.stdout) == (0, answer(qwen_nn, f"ab {tag(image)} cd")[0] + "\n")
+        assert (result.returncode, result.stdout) == (0, answer(qwen_nn, f"ab {img_tag(image)} cd")[0] + "\n")
     outside = run("/etc/hostname")
     assert outside.returncode == 1 and "outside the guest's preopened directories" in outside.stderr

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
+import subprocess
+import sys
 
 from ..host import RunOptions, WasiNN
 
@@ -28,3 +31,20 @@ def run_guest(
         options.stdin = str(tmp_path / "stdin.txt")
     code = nn.run(GUESTS / f"{name}.wasm", args, options)
     return code, out.read_text(), err.read_text()
+
+
+def wasinn_cli(
+    *args: str, stdin: str | None = None, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``python -m wasinn_host run ARGS`` from the checkout's root (text output, undecodable bytes replaced)."""
+    return subprocess.run(
+        [sys.executable, "-m", "wasinn_host", "run", *args],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        cwd=GUESTS.parent,
+        timeout=timeout,
+        input=stdin,
+        env={**os.environ, **env} if env is not None else None,
+        check=False,
+    )

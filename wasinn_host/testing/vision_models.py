@@ -12,11 +12,13 @@ tokens decoded with non-causal attention); ``kind="qwen2vl"`` a Qwen2-VL pair (a
 model with M-RoPE and a ``qwen2vl_merger`` projector: two patch convolutions, no position
 embedding, 2x2 patches merged into one image token, whose positions are 2-D).
 
-:func:`png_bytes` encodes an RGB image as PNG (stored zlib, no dependencies) for tests.
+:func:`png_bytes` encodes an RGB image as PNG (stored zlib, no dependencies) for tests, and
+:func:`img_tag` puts an image inline in a prompt.
 """
 
 from __future__ import annotations
 
+import base64
 import os
 import pathlib
 import struct
@@ -163,3 +165,8 @@ def png_bytes(width: int, height: int, rgb: bytes | list[int]) -> bytes:
 def solid_png(red: int, green: int, blue: int, size: int = IMAGE_SIZE) -> bytes:
     """A one-colour square PNG."""
     return png_bytes(size, size, [red, green, blue] * (size * size))
+
+
+def img_tag(image: bytes, mime: str = "png") -> str:
+    """``image`` as an inline prompt tag, ``<img src="data:image/MIME;base64,...">``."""
+    return f'<img src="data:image/{mime};base64,{base64.b64encode(image).decode()}">'

@@ -71,6 +71,9 @@ class HayrideStreams:
     def add_to(self, root: cm.LinkerInstance, add: AddFunc) -> None:
         """Define every version's interfaces under ``root``; ``add`` defines one function."""
         imports = self.imports
+        compute = imports.result("compute", self.compute, tagged=False)
+        init = imports.result("init-execution-context-stream", self.init_execution_context)
+        load = imports.result("load-by-name", self.load_by_name)
         for version in VERSIONS:
             with root.add_instance(f"hayride:ai/tensor-stream@{version}") as tensor_stream:
                 imports.resource(tensor_stream, TENSOR_STREAM)
@@ -81,13 +84,11 @@ class HayrideStreams:
                 add(tensor_stream, "[method]tensor-stream.subscribe", self.subscribe)
             with root.add_instance(f"hayride:ai/inference-stream@{version}") as inference:
                 imports.resource(inference, CONTEXT_STREAM)
-                compute = imports.result("compute", self.compute, tagged=False)
                 add(inference, "[method]graph-execution-context-stream.compute", compute)
             with root.add_instance(f"hayride:ai/graph-stream@{version}") as graph:
                 imports.resource(graph, GRAPH_STREAM)
-                init = imports.result("init-execution-context-stream", self.init_execution_context)
                 add(graph, "[method]graph-stream.init-execution-context-stream", init)
-                add(graph, "load-by-name", imports.result("load-by-name", self.load_by_name))
+                add(graph, "load-by-name", load)
 
     # -- graph-stream and inference-stream -------------------------------------------
 
