@@ -11,6 +11,8 @@ from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.backend.fake import FakeRuntime
 from wasinn_host.testing.gguf_models import write_successor_model
 
+pytest_plugins = ["pytester"]  # tests/test_pytest_plugin.py runs throwaway pytest projects
+
 
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:

@@ -39,7 +39,7 @@ replaces spaces by that character before matching and back again when turning to
 Characters outside printable ASCII tokenize to their UTF-8 bytes through the byte tokens. The random
 model pads this vocabulary with NORMAL tokens ``"<t354>"``, ``"<t355>"``, ... up to its ``n_vocab``.
 
-Build it from the command line with ``scripts/make_models.py``.
+Write them from the command line with ``wasinn model successor PATH`` and ``wasinn model random PATH``.
 """
 
 from __future__ import annotations

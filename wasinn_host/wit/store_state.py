@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from typing import Any, Iterable, Sequence, TypeVar
 
 from ..backend.protocol import BackendContext, BackendGraph
@@ -63,6 +64,9 @@ class ComponentState:
         self._touched: dict[int, float] = {}
         """When a guest call last named each context."""
         self.closed = False
+        self.calls: Counter[str] = Counter()
+        """How many times the guest called each function returning a result (load, load-by-name,
+        init-execution-context, compute), by name (kept after :meth:`close`)."""
 
     def _add(self, table: dict[int, T], item: T) -> int:
         with self._lock:

@@ -1,0 +1,100 @@
+"""pytest plugin: the ``wasinn_run`` fixture tests prebuilt WASI-NN guests in-process.
+
+Registered through the ``pytest11`` entry point, so installing wasinn-host is enough (with plugin
+autoloading off, ``-p wasinn_host.pytest_plugin``)::
+
+    def test_my_guest(wasinn_run):
+        result = wasinn_run("build/guest.wasm", ["default", "abc"], model="successor")
+        assert result.exit_code == 0
+        assert "defghijklmnopqrstuvwxyz" in result.stdout
+        assert result.calls["compute"] == 1
+
+``model`` is a built-in test model (``successor``, ``demo``, ``random``: ``wasinn model --list``), a
+name that ``--wasinn-model NAME=PATH`` gives a file, or a GGUF path; ``name`` is the preload name
+the guest loads (default ``default``); ``env``, ``dirs``, ``stdin``, ``timeout`` and any
+:class:`~wasinn_host.Limits` field as a keyword work as for ``wasinn run``.  The work is done by
+:class:`~wasinn_host.testing.guest_harness.GuestHarness`, one per test session: models are written
+and loaded once, guests compiled once.  This module imports only pytest at start-up, so every
+pytest session of a machine with wasinn-host installed stays as quick to start as before.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
+
+import pytest
+
+if TYPE_CHECKING:
+    from .testing.guest_harness import DirSpec, GuestHarness, GuestResult, GuestSource, RunGuest
+    from .testing.model_catalog import ModelSpec
+
+_OVERRIDES = pytest.StashKey[dict[str, Path]]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--wasinn-model NAME=PATH``."""
+    group = parser.getgroup("wasinn", "WASI-NN guests (wasinn_run fixture)")
+    group.addoption(
+        "--wasinn-model",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="serve this GGUF file wherever a test asks wasinn_run for model NAME (a built-in test model "
+        "such as demo, or any name the tests use); repeatable",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Check the ``--wasinn-model`` values before any test runs (one usage error line if malformed)."""
+    from .testing.model_catalog import parse_override
+
+    overrides: dict[str, Path] = {}
+    for spec in config.getoption("wasinn_model", default=None) or []:
+        try:
+            name, path = parse_override(spec)
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        overrides[name] = path
+    config.stash[_OVERRIDES] = overrides
+
+
+@pytest.fixture(scope="session")
+def wasinn_harness(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GuestHarness]:
+    """The session's guest runner: models written and loaded once, guests compiled once."""
+    from .testing.guest_harness import GuestHarness
+    from .testing.model_catalog import ModelFiles
+
+    models = ModelFiles(tmp_path_factory.mktemp("wasinn-models"), request.config.stash.get(_OVERRIDES, {}))
+    harness = GuestHarness(models, tmp_path_factory.mktemp("wasinn-runs"))
+    yield harness
+    harness.close()
+
+
+@pytest.fixture
+def wasinn_run(wasinn_harness: GuestHarness) -> RunGuest:
+    """Run a guest in-process: ``wasinn_run(module, args, model=..., name=..., env=..., dirs=..., stdin=...,
+    timeout=..., **limits)`` returns its ``exit_code``, ``stdout``, ``stderr`` and ``calls``."""
+    from .testing.model_catalog import ModelToolsMissing, UnknownModel
+
+    def run(
+        module: GuestSource,
+        args: Sequence[str] = (),
+        *,
+        model: ModelSpec = "demo",
+        name: str = "default",
+        env: Mapping[str, str] | None = None,
+        dirs: Sequence[DirSpec] = (),
+        stdin: str | bytes | None = None,
+        timeout: float | None = None,
+        **limits: int | bool,
+    ) -> GuestResult:
+        try:
+            return wasinn_harness.run(
+                module, args, model=model, name=name, env=env, dirs=dirs, stdin=stdin, timeout=timeout, limits=limits
+            )
+        except (UnknownModel, ModelToolsMissing) as exc:
+            message = f"wasinn_run: {exc}"
+        pytest.fail(message, pytrace=False)  # outside the except: one line, no chained traceback
+
+    return run
