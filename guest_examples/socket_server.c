@@ -1,0 +1,389 @@
+/*
+ * socket_server.c - a tiny HTTP/1.1 server on WasmEdge's socket extension that answers completions.
+ *
+ * Usage:  socket_server.wasm ALIAS ADDR PORT
+ *   ALIAS  name of a model preloaded by the host (load_by_name_with_config, config from the
+ *          environment as in guest_common.h)
+ *   ADDR   IPv4 address to listen on (dotted quad); PORT  port (0: any free port)
+ *
+ * Drives the socket ABI the way mio_wasi / tokio_wasi (LlamaEdge's servers) do:
+ *   sock_open(INET4, STREAM) -> sock_setsockopt(SOL_SOCKET, SO_REUSEADDR) -> sock_bind ->
+ *   sock_listen -> fd_fdstat_set_flags(NONBLOCK) -> sock_getlocaladdr (V1), then a loop:
+ *   poll_oneoff over the listener, every connection and a 250 ms relative clock;
+ *   sock_accept (V1, two arguments) until AGAIN; on each new connection fd_fdstat_set_flags(NONBLOCK),
+ *   fd_fdstat_get (checks the socket file type and NONBLOCK; exit 1 if wrong) and sock_getpeeraddr;
+ *   reads with sock_recv on even connections and fd_read on odd ones (numbered from 0); writes the
+ *   status line and headers with sock_send and the body with fd_write (as hyper does: two writes);
+ *   a full socket waits in poll_oneoff for fd_write; sock_shutdown + fd_close to end a connection.
+ *
+ * Routes (HTTP/1.1 keep-alive; "Connection: close" in a request closes after the answer):
+ *   GET /health     -> 200 "ok\n"
+ *   GET /peer       -> 200 "A.B.C.D:PORT\n", the client's address from sock_getpeeraddr
+ *   POST /complete  -> 200 the generated text for the body as the prompt (one execution context,
+ *                      made on first use, reused); 500 "wasi-nn error: CALL returned N\n" on an error
+ *   POST /quit      -> 200 "bye\n", then every socket is closed and the guest exits 0
+ *   anything else   -> 404 "not found\n"; a request over 16 KiB -> 413 and the connection closes
+ *
+ * Output:
+ *   stdout: "listening on A.B.C.D:PORT\n" once listening (flushed); "bye after N requests\n" at the end.
+ *   stderr: one line per connection event: "connection K from A.B.C.D:PORT",
+ *           "connection K closed by the peer", "connection K closed by the peer mid-request (N bytes)",
+ *           "connection K: recv error E" (then closed).
+ * Exit: 0 after /quit; 1 if a socket call fails (the line "socket error: CALL returned E" on stderr);
+ *   2 wrong arguments.
+ */
+#include <wasi/api.h>
+
+#include "guest_common.h"
+
+#define WASI_SOCK(name) __attribute__((import_module("wasi_snapshot_preview1"), import_name(name)))
+
+typedef struct {
+    uint32_t buf;
+    uint32_t buf_len;
+} wasi_address_t;
+
+WASI_SOCK("sock_open") int32_t ws_open(int32_t family, int32_t type, uint32_t *fd);
+WASI_SOCK("sock_setsockopt")
+int32_t ws_setsockopt(int32_t fd, int32_t level, int32_t name, const void *value, uint32_t size);
+WASI_SOCK("sock_bind") int32_t ws_bind(int32_t fd, const wasi_address_t *addr, uint32_t port);
+WASI_SOCK("sock_listen") int32_t ws_listen(int32_t fd, int32_t backlog);
+WASI_SOCK("sock_accept") int32_t ws_accept(int32_t fd, uint32_t *new_fd);
+WASI_SOCK("sock_getlocaladdr")
+int32_t ws_getlocaladdr(int32_t fd, wasi_address_t *addr, uint32_t *type, uint32_t *port);
+WASI_SOCK("sock_getpeeraddr")
+int32_t ws_getpeeraddr(int32_t fd, wasi_address_t *addr, uint32_t *type, uint32_t *port);
+WASI_SOCK("sock_recv")
+int32_t ws_recv(int32_t fd, const __wasi_iovec_t *iovs, uint32_t n, uint32_t flags, uint32_t *nread,
+                uint16_t *roflags);
+WASI_SOCK("sock_send")
+int32_t ws_send(int32_t fd, const __wasi_ciovec_t *iovs, uint32_t n, uint32_t flags, uint32_t *nwritten);
+WASI_SOCK("sock_shutdown") int32_t ws_shutdown(int32_t fd, int32_t how);
+
+#define AF_INET4 1
+#define SOCK_STREAM 2
+#define SOL_SOCKET 0
+#define SO_REUSEADDR 0
+#define SHUT_RDWR 3
+#define MAX_CONNS 32
+#define REQUEST_MAX 16384
+#define TICK_NS 250000000ull
+#define WRITE_WAIT_NS 5000000000ull
+
+typedef struct {
+    int open;
+    uint32_t fd;
+    unsigned id;
+    size_t len;
+    char buf[REQUEST_MAX];
+    char peer[32];
+} conn_t;
+
+static conn_t conns[MAX_CONNS];
+static unsigned next_id, served;
+static uint32_t nn_ctx;
+static int nn_ready;
+static const char *alias;
+
+static void sock_fail(const char *call, int32_t rc) {
+    fprintf(stderr, "socket error: %s returned %d\n", call, (int)rc);
+    exit(1);
+}
+
+static void format_addr(const uint8_t ip[4], uint32_t port, char *out, size_t cap) {
+    snprintf(out, cap, "%u.%u.%u.%u:%u", ip[0], ip[1], ip[2], ip[3], (unsigned)port);
+}
+
+/* Wait until fd can take more bytes (or WRITE_WAIT_NS pass). */
+static void wait_writable(uint32_t fd) {
+    __wasi_subscription_t subs[2] = {0};
+    __wasi_event_t events[2];
+    __wasi_size_t n = 0;
+    subs[0].userdata = 1;
+    subs[0].u.tag = __WASI_EVENTTYPE_FD_WRITE;
+    subs[0].u.u.fd_write.file_descriptor = fd;
+    subs[1].userdata = 2;
+    subs[1].u.tag = __WASI_EVENTTYPE_CLOCK;
+    subs[1].u.u.clock.id = __WASI_CLOCKID_MONOTONIC;
+    subs[1].u.u.clock.timeout = WRITE_WAIT_NS;
+    int32_t rc = __wasi_poll_oneoff(subs, events, 2, &n);
+    if (rc != 0) sock_fail("poll_oneoff", rc);
+}
+
+/* Send all of data: with sock_send (use_fd_write == 0) or fd_write. 0, or the errno. */
+static int32_t send_all(uint32_t fd, const char *data, size_t len, int use_fd_write) {
+    while (len > 0) {
+        __wasi_ciovec_t iov = {.buf = (const uint8_t *)data, .buf_len = len};
+        uint32_t sent = 0;
+        int32_t rc;
+        if (use_fd_write) {
+            __wasi_size_t n = 0;
+            rc = __wasi_fd_write(fd, &iov, 1, &n);
+            sent = n;
+        } else {
+            rc = ws_send(fd, &iov, 1, 0, &sent);
+        }
+        if (rc == __WASI_ERRNO_AGAIN) {
+            wait_writable(fd);
+            continue;
+        }
+        if (rc != 0) return rc;
+        data += sent;
+        len -= sent;
+    }
+    return 0;
+}
+
+static void close_conn(conn_t *c) {
+    ws_shutdown(c->fd, SHUT_RDWR); /* may fail with NOTCONN when the peer has gone: fine */
+    int32_t rc = __wasi_fd_close(c->fd);
+    if (rc != 0) sock_fail("fd_close", rc);
+    c->open = 0;
+}
+
+/* Headers with sock_send, then the body with fd_write. 0, or the errno of the failed write. */
+static int32_t respond(conn_t *c, int status, const char *reason, const char *body, size_t body_len,
+                       int closing) {
+    char head[256];
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n%s\r\n",
+                     status, reason, body_len, closing ? "Connection: close\r\n" : "");
+    int32_t rc = send_all(c->fd, head, (size_t)n, 0);
+    if (rc == 0 && body_len > 0) rc = send_all(c->fd, body, body_len, 1);
+    return rc;
+}
+
+/* The completion of prompt into out; *status 200 or 500 (out then holds the error line). */
+static size_t complete(const char *prompt, size_t len, char *out, size_t cap, int *status) {
+    int32_t rc;
+    const char *call = NULL;
+    size_t out_len = 0;
+    *status = 500;
+    if (!nn_ready) {
+        strbuf_t config = {0};
+        build_config_json(&config);
+        uint32_t graph = 0;
+        rc = wasi_nn_load_by_name_with_config(WASI_NN_PTR(alias), (uint32_t)strlen(alias),
+                                              WASI_NN_PTR(config.data), (uint32_t)config.len,
+                                              WASI_NN_PTR(&graph));
+        sb_free(&config);
+        if (rc != 0) {
+            call = "load_by_name_with_config";
+        } else if ((rc = wasi_nn_init_execution_context(graph, WASI_NN_PTR(&nn_ctx))) != 0) {
+            call = "init_execution_context";
+        } else {
+            nn_ready = 1;
+        }
+    }
+    if (!call && (rc = nn_set_prompt(nn_ctx, prompt, len)) != 0) call = "set_input";
+    if (!call && (rc = wasi_nn_compute(nn_ctx)) != 0) call = "compute";
+    if (!call && (rc = nn_get_output(nn_ctx, WASI_NN_INDEX_PROMPT, out, cap, &out_len)) != 0)
+        call = "get_output";
+    if (call) return (size_t)snprintf(out, cap, "wasi-nn error: %s returned %d\n", call, (int)rc);
+    *status = 200;
+    return out_len;
+}
+
+static int header_says_close(const char *head, size_t len) {
+    for (size_t i = 0; i + 17 <= len; i++)
+        if (strncasecmp(head + i, "connection: close", 17) == 0) return 1;
+    return 0;
+}
+
+static size_t content_length(const char *head, size_t len) {
+    for (size_t i = 0; i + 15 <= len; i++)
+        if (strncasecmp(head + i, "content-length:", 15) == 0) return (size_t)strtoul(head + i + 15, NULL, 10);
+    return 0;
+}
+
+/* Answer every complete request in c->buf. Returns 1 to close the connection, 2 to quit, else 0. */
+static int serve_buffered(conn_t *c) {
+    static char out[GUEST_OUTPUT_MAX];
+    for (;;) {
+        char *end = NULL;
+        for (size_t i = 0; i + 4 <= c->len; i++)
+            if (memcmp(c->buf + i, "\r\n\r\n", 4) == 0) {
+                end = c->buf + i + 4;
+                break;
+            }
+        if (!end) {
+            if (c->len == REQUEST_MAX) {
+                respond(c, 413, "Payload Too Large", "too large\n", 10, 1);
+                return 1;
+            }
+            return 0;
+        }
+        size_t head_len = (size_t)(end - c->buf);
+        size_t body_len = content_length(c->buf, head_len);
+        if (head_len + body_len > REQUEST_MAX) {
+            respond(c, 413, "Payload Too Large", "too large\n", 10, 1);
+            return 1;
+        }
+        if (c->len < head_len + body_len) return 0; /* the body is still coming */
+        int closing = header_says_close(c->buf, head_len);
+        int quit = 0;
+        int32_t rc;
+        served++;
+        if (strncmp(c->buf, "GET /health ", 12) == 0) {
+            rc = respond(c, 200, "OK", "ok\n", 3, closing);
+        } else if (strncmp(c->buf, "GET /peer ", 10) == 0) {
+            char line[40];
+            int n = snprintf(line, sizeof line, "%s\n", c->peer);
+            rc = respond(c, 200, "OK", line, (size_t)n, closing);
+        } else if (strncmp(c->buf, "POST /complete ", 15) == 0) {
+            int status = 0;
+            size_t n = complete(end, body_len, out, sizeof out, &status);
+            rc = respond(c, status, status == 200 ? "OK" : "Internal Server Error", out, n, closing);
+        } else if (strncmp(c->buf, "POST /quit ", 11) == 0) {
+            rc = respond(c, 200, "OK", "bye\n", 4, 1);
+            quit = 1;
+        } else {
+            rc = respond(c, 404, "Not Found", "not found\n", 10, closing);
+        }
+        memmove(c->buf, c->buf + head_len + body_len, c->len - head_len - body_len);
+        c->len -= head_len + body_len;
+        if (quit) return 2;
+        if (rc != 0) {
+            fprintf(stderr, "connection %u: send error %d\n", c->id, (int)rc);
+            return 1;
+        }
+        if (closing) return 1;
+    }
+}
+
+/* Read what has arrived on c. Returns 1 to close, 2 to quit, else 0. */
+static int on_readable(conn_t *c) {
+    if (c->len == REQUEST_MAX) return serve_buffered(c);
+    __wasi_iovec_t iov = {.buf = (uint8_t *)c->buf + c->len, .buf_len = REQUEST_MAX - c->len};
+    uint32_t got = 0;
+    int32_t rc;
+    if (c->id % 2 == 0) {
+        uint16_t roflags = 0;
+        rc = ws_recv(c->fd, &iov, 1, 0, &got, &roflags);
+    } else {
+        __wasi_size_t n = 0;
+        rc = __wasi_fd_read(c->fd, &iov, 1, &n);
+        got = n;
+    }
+    if (rc == __WASI_ERRNO_AGAIN) return 0;
+    if (rc != 0) {
+        fprintf(stderr, "connection %u: recv error %d\n", c->id, (int)rc);
+        return 1;
+    }
+    if (got == 0) {
+        if (c->len)
+            fprintf(stderr, "connection %u closed by the peer mid-request (%zu bytes)\n", c->id, c->len);
+        else
+            fprintf(stderr, "connection %u closed by the peer\n", c->id);
+        return 1;
+    }
+    c->len += got;
+    return serve_buffered(c);
+}
+
+static void accept_all(uint32_t listener) {
+    for (;;) {
+        uint32_t fd = 0;
+        int32_t rc = ws_accept(listener, &fd);
+        if (rc == __WASI_ERRNO_AGAIN) return;
+        if (rc != 0) sock_fail("sock_accept", rc);
+        if ((rc = __wasi_fd_fdstat_set_flags(fd, __WASI_FDFLAGS_NONBLOCK)) != 0)
+            sock_fail("fd_fdstat_set_flags", rc);
+        __wasi_fdstat_t stat;
+        if ((rc = __wasi_fd_fdstat_get(fd, &stat)) != 0) sock_fail("fd_fdstat_get", rc);
+        if (stat.fs_filetype != __WASI_FILETYPE_SOCKET_STREAM || !(stat.fs_flags & __WASI_FDFLAGS_NONBLOCK)) {
+            fprintf(stderr, "socket error: fd_fdstat_get says filetype %d flags %d\n", stat.fs_filetype,
+                    stat.fs_flags);
+            exit(1);
+        }
+        conn_t *c = NULL;
+        for (int i = 0; i < MAX_CONNS && !c; i++)
+            if (!conns[i].open) c = &conns[i];
+        if (!c) { /* full: no room for another connection */
+            ws_shutdown(fd, SHUT_RDWR);
+            if ((rc = __wasi_fd_close(fd)) != 0) sock_fail("fd_close", rc);
+            continue;
+        }
+        uint8_t ip[4] = {0};
+        wasi_address_t addr = {.buf = WASI_NN_PTR(ip), .buf_len = 4};
+        uint32_t type = 0, port = 0;
+        if ((rc = ws_getpeeraddr(fd, &addr, &type, &port)) != 0) sock_fail("sock_getpeeraddr", rc);
+        c->open = 1;
+        c->fd = fd;
+        c->id = next_id++;
+        c->len = 0;
+        format_addr(ip, port, c->peer, sizeof c->peer);
+        fprintf(stderr, "connection %u from %s\n", c->id, c->peer);
+    }
+}
+
+int main(int argc, char **argv) {
+    unsigned a, b, c3, d, port;
+    if (argc != 4 || sscanf(argv[2], "%u.%u.%u.%u", &a, &b, &c3, &d) != 4 || a > 255 || b > 255 ||
+        c3 > 255 || d > 255 || sscanf(argv[3], "%u", &port) != 1 || port > 65535) {
+        fputs("usage: socket_server.wasm ALIAS ADDR PORT\n", stderr);
+        return 2;
+    }
+    alias = argv[1];
+    uint32_t listener = 0;
+    int32_t rc;
+    if ((rc = ws_open(AF_INET4, SOCK_STREAM, &listener)) != 0) sock_fail("sock_open", rc);
+    int32_t one = 1;
+    if ((rc = ws_setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one)) != 0)
+        sock_fail("sock_setsockopt", rc);
+    uint8_t ip[4] = {(uint8_t)a, (uint8_t)b, (uint8_t)c3, (uint8_t)d};
+    wasi_address_t addr = {.buf = WASI_NN_PTR(ip), .buf_len = 4};
+    if ((rc = ws_bind(listener, &addr, port)) != 0) sock_fail("sock_bind", rc);
+    if ((rc = ws_listen(listener, 16)) != 0) sock_fail("sock_listen", rc);
+    if ((rc = __wasi_fd_fdstat_set_flags(listener, __WASI_FDFLAGS_NONBLOCK)) != 0)
+        sock_fail("fd_fdstat_set_flags", rc);
+    uint32_t type = 0, bound_port = 0;
+    if ((rc = ws_getlocaladdr(listener, &addr, &type, &bound_port)) != 0) sock_fail("sock_getlocaladdr", rc);
+    if (type != 4) sock_fail("sock_getlocaladdr (address type)", (int32_t)type);
+    char where[32];
+    format_addr(ip, bound_port, where, sizeof where);
+    printf("listening on %s\n", where);
+    fflush(stdout);
+
+    static __wasi_subscription_t subs[MAX_CONNS + 2];
+    static __wasi_event_t events[MAX_CONNS + 2];
+    for (;;) {
+        __wasi_size_t nsubs = 0, nevents = 0;
+        memset(subs, 0, sizeof subs);
+        subs[nsubs].userdata = 0;
+        subs[nsubs].u.tag = __WASI_EVENTTYPE_FD_READ;
+        subs[nsubs++].u.u.fd_read.file_descriptor = listener;
+        for (int i = 0; i < MAX_CONNS; i++) {
+            if (!conns[i].open) continue;
+            subs[nsubs].userdata = (uint64_t)(i + 1);
+            subs[nsubs].u.tag = __WASI_EVENTTYPE_FD_READ;
+            subs[nsubs++].u.u.fd_read.file_descriptor = conns[i].fd;
+        }
+        subs[nsubs].userdata = UINT64_MAX;
+        subs[nsubs].u.tag = __WASI_EVENTTYPE_CLOCK;
+        subs[nsubs].u.u.clock.id = __WASI_CLOCKID_MONOTONIC;
+        subs[nsubs++].u.u.clock.timeout = TICK_NS;
+        if ((rc = __wasi_poll_oneoff(subs, events, nsubs, &nevents)) != 0) sock_fail("poll_oneoff", rc);
+        int quit = 0;
+        for (__wasi_size_t e = 0; e < nevents && !quit; e++) {
+            uint64_t who = events[e].userdata;
+            if (events[e].error != 0) sock_fail("poll_oneoff (event)", events[e].error);
+            if (who == UINT64_MAX) continue; /* the clock: nothing to do, poll again */
+            if (who == 0) {
+                accept_all(listener);
+                continue;
+            }
+            conn_t *c = &conns[who - 1];
+            if (!c->open) continue;
+            int what = on_readable(c);
+            if (what >= 1) close_conn(c);
+            if (what == 2) quit = 1;
+        }
+        if (quit) break;
+    }
+    for (int i = 0; i < MAX_CONNS; i++)
+        if (conns[i].open) close_conn(&conns[i]);
+    if ((rc = __wasi_fd_close(listener)) != 0) sock_fail("fd_close", rc);
+    printf("bye after %u requests\n", served);
+    return 0;
+}

@@ -1,0 +1,150 @@
+"""Per-Store socket state: the descriptor table, waiting, and cancellation.
+
+Socket descriptors are numbered from :data:`SOCKET_FD_BASE` up, far above the descriptors
+wasmtime's WASI hands out (3, 4, ... for preopens and opened files), so one number never
+means two things; a number is not reused while the Store lives.  Every host socket is
+non-blocking; a guest's *blocking* call waits in :meth:`SocketState.wait`, which also wakes
+when :meth:`SocketState.cancel` is called (Ctrl-C, ``--timeout``), so no guest can hold the
+host in a socket call.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..ephemeral.native_func import GuestTrap, MemoryRef
+from .constants import SOCK_DGRAM, SOCK_STREAM, Errno
+
+SOCKET_FD_BASE = 1 << 16
+"""The first socket descriptor number (wasmtime's own descriptors stay far below it)."""
+
+
+class SockError(Exception):
+    """A call's WASI errno, with an optional log line (``None``: the guest is told, nothing is logged)."""
+
+    def __init__(self, errno: Errno, message: str | None = None) -> None:
+        super().__init__(message or errno.name)
+        self.errno = errno
+        self.message = message
+
+
+@dataclass
+class SocketEntry:
+    """One guest socket: the host socket and what the guest set on it."""
+
+    sock: socket.socket
+    kind: int = SOCK_STREAM
+    """WasmEdge's socket type (``SOCK_STREAM`` or ``SOCK_DGRAM``)."""
+    nonblocking: bool = False
+    """The guest's view (``FDFLAGS_NONBLOCK``); the host socket itself never blocks."""
+    options: dict[tuple[int, int], Any] = field(default_factory=dict)
+    """Host ``setsockopt`` calls to repeat if the socket is re-created for another family."""
+    recv_timeout: float | None = None
+    send_timeout: float | None = None
+
+    @property
+    def filetype_is_stream(self) -> bool:
+        """Whether this is a stream (TCP) socket."""
+        return self.kind != SOCK_DGRAM
+
+
+class SocketState:
+    """One Store's sockets, its cached memory export and its pass-through instance."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, SocketEntry] = {}
+        self.memory: MemoryRef | None = None
+        self.passthrough: Any = None
+        """The Store's :class:`~wasinn_host.sockets.passthrough.PassThrough`, made on first use."""
+        self._next_fd = SOCKET_FD_BASE
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._wake: tuple[socket.socket, socket.socket] | None = None
+
+    # -- descriptors --------------------------------------------------------------
+
+    def add(self, entry: SocketEntry) -> int:
+        """Give ``entry`` a new descriptor number."""
+        with self._lock:
+            fd = self._next_fd
+            self._next_fd += 1
+            if self._next_fd > 0x7FFF_FFFF:
+                self._next_fd = SOCKET_FD_BASE  # after 2 billion sockets: reuse numbers not in use
+            while self._next_fd in self.entries:
+                self._next_fd += 1
+            self.entries[fd] = entry
+        return fd
+
+    def entry(self, fd: int) -> SocketEntry:
+        """The socket at ``fd`` (BADF if there is none)."""
+        entry = self.entries.get(fd)
+        if entry is None:
+            raise SockError(Errno.BADF)
+        return entry
+
+    def remove(self, fd: int) -> None:
+        """Close and forget the socket at ``fd`` (BADF if there is none)."""
+        with self._lock:
+            entry = self.entries.pop(fd, None)
+        if entry is None:
+            raise SockError(Errno.BADF)
+        entry.sock.close()
+
+    def close(self) -> None:
+        """Close every socket (the Store is gone or its guest ended)."""
+        self.cancel()
+        with self._lock:
+            entries, self.entries = list(self.entries.values()), {}
+            wake, self._wake = self._wake, None
+        for entry in entries:
+            entry.sock.close()
+        if wake is not None:
+            for end in wake:
+                end.close()
+        self.passthrough = None
+
+    def reap_idle(self, idle_seconds: float) -> int:
+        """Sockets are not reaped (the guest owns them); always 0."""
+        return 0
+
+    # -- waiting ------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        """Make every wait, now and later, trap the guest (Ctrl-C, ``--timeout``, Store closed)."""
+        with self._lock:
+            self._cancelled = True
+            wake = self._wake
+        if wake is not None:
+            try:
+                wake[1].send(b"x")
+            except OSError:
+                pass
+
+    def check_cancelled(self) -> None:
+        """Trap the guest if the host is stopping it."""
+        if self._cancelled:
+            raise GuestTrap("interrupted: the host stopped the guest while it waited on a socket")
+
+    def wait(self, interests: list[tuple[int, int]], timeout: float | None) -> dict[int, int]:
+        """Wait until one of ``(host fd, poll events)`` is ready or ``timeout`` seconds pass
+        (``None``: no limit); return ``{host fd: revents}`` of the ready ones."""
+        self.check_cancelled()
+        poller = select.poll()
+        wake_fd = self._wake_fd()
+        poller.register(wake_fd, select.POLLIN)
+        for host_fd, events in interests:
+            poller.register(host_fd, events)
+        ready = poller.poll(None if timeout is None else max(0, int(timeout * 1000 + 0.999)))
+        self.check_cancelled()
+        return {host_fd: revents for host_fd, revents in ready if host_fd != wake_fd}
+
+    def _wake_fd(self) -> int:
+        with self._lock:
+            if self._wake is None:
+                self._wake = socket.socketpair()
+                self._wake[0].setblocking(False)
+            return self._wake[0].fileno()
