@@ -105,7 +105,8 @@ class SocketLayer:
         self.stores.detach(store)
 
     def cancel_all(self) -> None:
-        """Stop every guest waiting on a socket (its wait traps) and every later socket wait."""
+        """Stop every guest using sockets: waits end at once, socket calls answer INTR (the run's stop then
+        traps the guest with its own message) and trap after ``table.CANCEL_GRACE`` seconds."""
         for state in self.stores.states():
             state.cancel()
 
@@ -168,6 +169,7 @@ class SocketLayer:
             try:
                 if pass_through and args[0] not in state.entries:
                     return call.passthrough(name, *((args[0], 0, args[1]) if v1_accept else args))
+                state.check_cancelled()
                 return impl(call, *args)
             except SockError as exc:
                 if exc.message:

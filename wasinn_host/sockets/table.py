@@ -5,7 +5,10 @@ wasmtime's WASI hands out (3, 4, ... for preopens and opened files), so one numb
 means two things; a number is not reused while the Store lives.  Every host socket is
 non-blocking; a guest's *blocking* call waits in :meth:`SocketState.wait`, which also wakes
 when :meth:`SocketState.cancel` is called (Ctrl-C, ``--timeout``), so no guest can hold the
-host in a socket call.
+host in a socket call.  After a cancel, socket calls answer ``INTR`` for :data:`CANCEL_GRACE`
+seconds, so the guest returns to its wasm, where the run's stop traps it with its own message
+(``interrupted (Ctrl-C)``, ``stopped by --timeout``); a guest still calling after that (no stop
+armed, a guest retrying forever) is trapped by the socket layer itself.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import select
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +25,8 @@ from .constants import SOCK_DGRAM, SOCK_STREAM, Errno
 
 SOCKET_FD_BASE = 1 << 16
 """The first socket descriptor number (wasmtime's own descriptors stay far below it)."""
+CANCEL_GRACE = 1.0
+"""Seconds after a cancel during which socket calls answer INTR before they trap the guest."""
 
 
 class SockError(Exception):
@@ -62,7 +68,7 @@ class SocketState:
         """The Store's :class:`~wasinn_host.sockets.passthrough.PassThrough`, made on first use."""
         self._next_fd = SOCKET_FD_BASE
         self._lock = threading.Lock()
-        self._cancelled = False
+        self._cancelled_at: float | None = None
         self._wake: tuple[socket.socket, socket.socket] | None = None
 
     # -- descriptors --------------------------------------------------------------
@@ -116,7 +122,8 @@ class SocketState:
     def cancel(self) -> None:
         """Make every wait, now and later, trap the guest (Ctrl-C, ``--timeout``, Store closed)."""
         with self._lock:
-            self._cancelled = True
+            if self._cancelled_at is None:
+                self._cancelled_at = time.monotonic()
             wake = self._wake
         if wake is not None:
             try:
@@ -125,9 +132,12 @@ class SocketState:
                 pass
 
     def check_cancelled(self) -> None:
-        """Trap the guest if the host is stopping it."""
-        if self._cancelled:
-            raise GuestTrap("interrupted: the host stopped the guest while it waited on a socket")
+        """INTR if the host is stopping the guest; a trap once :data:`CANCEL_GRACE` has passed."""
+        if self._cancelled_at is None:
+            return
+        if time.monotonic() - self._cancelled_at < CANCEL_GRACE:
+            raise SockError(Errno.INTR)
+        raise GuestTrap("interrupted: the host stopped the guest while it used a socket")
 
     def wait(self, interests: list[tuple[int, int]], timeout: float | None) -> dict[int, int]:
         """Wait until one of ``(host fd, poll events)`` is ready or ``timeout`` seconds pass
