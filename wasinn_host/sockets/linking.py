@@ -18,7 +18,7 @@ raised by wasmtime's own function for a pass-through call).
 from __future__ import annotations
 
 import logging
-from typing import Callable, Iterable
+from typing import Callable
 
 import wasmtime
 
@@ -185,7 +185,3 @@ class SocketLayer:
 
         return handler
 
-
-def covered_functions() -> Iterable[str]:
-    """The socket functions the layer provides (for documentation and ``check_imports``)."""
-    return COVERED
