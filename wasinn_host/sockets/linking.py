@@ -184,4 +184,3 @@ class SocketLayer:
                 return int(code)
 
         return handler
-
