@@ -32,7 +32,7 @@ from .core.registry import ModelRegistry
 from .models import DEMO_MODEL_PATH
 from .observability.log_setup import configure_logging
 from .observability.metrics import serve_metrics
-from .rpc.server import NNServer, ServeOptions
+from .prompt_cache_cli import add_prompt_cache_options, prompt_cache_from
 from .rpc.targets import TargetError
 
 log = logging.getLogger("wasinn_host")
@@ -81,6 +81,7 @@ def add_serve_parser(commands: Any) -> None:
         help="on SIGINT/SIGTERM, how long calls in flight may take to finish (default: 30)",
     )
     add_report_options(serve)
+    add_prompt_cache_options(serve)
     limits = add_limit_options(serve)
     limits.add_argument(
         "--allow-load-bytes",
@@ -105,7 +106,13 @@ def serve_command(ns: argparse.Namespace) -> int:
         return fail("--tls-cert and --tls-key go together")
     warn_missing_models(preloads)
     limits = limits_from(ns, ns.allow_load_bytes)
-    backend = LocalBackend(ModelRegistry(preloads), limits)
+    try:
+        prompt_cache = prompt_cache_from(ns)
+    except OSError as exc:
+        return fail(str(exc))
+    backend = LocalBackend(ModelRegistry(preloads, prompt_cache=prompt_cache), limits)
+    from .rpc.server import NNServer, ServeOptions  # gRPC: imported by the command that serves it
+
     try:
         options = ServeOptions(
             token=ns.nn_rpc_token,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
+from array import array
 from pathlib import Path
 from typing import Iterable
 
@@ -198,6 +199,17 @@ class FakeContext:
     def seq_rm(self, seq_id: int, start: int) -> None:
         """Drop the sequence's cells from ``start`` on."""
         del self._cells[seq_id][start:]
+
+    def state_get(self, seq_id: int) -> memoryview:
+        """The sequence's tokens as 32-bit integers (the fake KV state)."""
+        return memoryview(array("i", self._cells[seq_id]).tobytes())
+
+    def state_set(self, seq_id: int, data: memoryview) -> bool:
+        """Tokens saved by :meth:`state_get`; False if they do not fit."""
+        if len(data) % 4 or len(data) // 4 > self.n_ctx_seq:
+            return False
+        self._cells[seq_id] = list(array("i", bytes(data)))
+        return True
 
     def can_shift(self) -> bool:
         """Positions can move."""

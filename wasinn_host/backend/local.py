@@ -9,6 +9,7 @@ from typing import Any
 from ..core.config import ParsedConfig
 from ..core.context import Graph, InferenceContext, open_graph
 from ..core.limits import Limits
+from ..core.prompt_cache import PromptCache
 from ..core.registry import ModelRegistry, default_registry
 from ..observability.status import model_status
 
@@ -39,11 +40,26 @@ class LocalGraph:
 
 
 class LocalBackend:
-    """Models served in this process: ``registry`` (default: the process-wide one) under ``limits``."""
+    """Models served in this process: ``registry`` (default: the process-wide one) under ``limits``;
+    ``prompt_cache`` (a directory or a :class:`PromptCache`) keeps prompt prefixes on disk for warm
+    starts across processes (given to the registry, for the models it loads from then on)."""
 
-    def __init__(self, registry: ModelRegistry | None = None, limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        registry: ModelRegistry | None = None,
+        limits: Limits | None = None,
+        prompt_cache: str | os.PathLike[str] | PromptCache | None = None,
+    ) -> None:
         self.registry = registry if registry is not None else default_registry()
         self.limits = limits or Limits()
+        if prompt_cache is not None:
+            self.use_prompt_cache(prompt_cache)
+
+    def use_prompt_cache(self, cache: str | os.PathLike[str] | PromptCache) -> PromptCache:
+        """Keep prompt prefixes in ``cache`` (a directory, bounded to the default size, or a
+        :class:`PromptCache`) for the models the registry loads from now on."""
+        self.registry.prompt_cache = cache if isinstance(cache, PromptCache) else PromptCache(cache)
+        return self.registry.prompt_cache
 
     def load_by_name(self, name: str, config: ParsedConfig) -> LocalGraph:
         """The preloaded model ``name`` (loaded on first use, then shared)."""
@@ -68,7 +84,10 @@ class LocalBackend:
 
     def status(self) -> dict[str, Any]:
         """Queue, memory, performance and model sections of the status."""
-        return model_status(self.registry, self.limits)
+        status = model_status(self.registry, self.limits)
+        if self.registry.prompt_cache is not None:
+            status["prompt_cache"] = self.registry.prompt_cache.status()
+        return status
 
     def close(self) -> None:
         """Free every model of the registry."""

@@ -29,6 +29,7 @@ import orjson
 from .errors import ErrorKind, WasiNNError, invalid
 from .params import DEFAULT_SEED, ContextParams, ModelParams, PromptOptions, SamplingParams, StopParams  # noqa: F401
 from .preload import Target
+from .prompt_cache import valid_entry_name
 
 log = logging.getLogger("wasinn_host")
 
@@ -141,6 +142,14 @@ _KEYS: tuple[KeySpec, ...] = (
         ">= -1 (-1 none, 0 max-abs, 1 taxicab, 2 L2, >2 p-norm)",
     ),
     KeySpec("image", str, "options", "image"),
+    KeySpec(
+        "path-prompt-cache",
+        str,
+        "options",
+        "path_prompt_cache",
+        valid_entry_name,
+        "a relative name inside the host's --nn-prompt-cache directory (no '..', not absolute)",
+    ),
     # logging
     KeySpec("enable-log", bool, "logging", "enable_log"),
     KeySpec("enable-debug-log", bool, "logging", "enable_debug_log"),

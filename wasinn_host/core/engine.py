@@ -30,6 +30,7 @@ from typing import Any, Callable
 from .errors import ErrorKind, WasiNNError
 from .generation import GenerationRequest, GenerationResult, StopReason
 from .params import SamplingParams
+from .prompt_cache import ModelPromptCache, Prefetched, log_ignored_name
 from .runtime import Context, Model, Sampler
 
 log = logging.getLogger("wasinn_host")
@@ -78,6 +79,8 @@ class Job:
     done: threading.Event = field(default_factory=threading.Event)
     images: dict[int, Any] = field(default_factory=dict)
     """The request's images by start index (see ``GenerationRequest.images``)."""
+    cached: Prefetched | None = None
+    """A prompt-cache entry read for this job before it was queued (restored when it starts)."""
 
     @property
     def pending(self) -> int:
@@ -106,11 +109,20 @@ _FAILURES: dict[StopReason, ErrorKind] = {
 class ModelWorker:
     """Drives one inference context from one thread for every execution context of a model."""
 
-    def __init__(self, model: Model, context: Context, name: str, grow: Grow | None = None) -> None:
+    def __init__(
+        self,
+        model: Model,
+        context: Context,
+        name: str,
+        grow: Grow | None = None,
+        prompt_cache: ModelPromptCache | None = None,
+    ) -> None:
         self.model = model
         self.context = context
         self.name = name
         self._grow = grow
+        self.prompt_cache = prompt_cache
+        """Prompt prefixes kept on disk across processes (``--nn-prompt-cache``), if the host keeps them."""
         self.n_ctx_seq = context.n_ctx_seq
         self.slots = [Slot(i) for i in range(context.n_seq)]
         self.sequences_high_water = 0
@@ -139,6 +151,7 @@ class ModelWorker:
         """Queue a request and wait until the worker finishes it."""
         job = Job(request, state, tokens=list(request.tokens), t_start=time.perf_counter())
         job.images = {span.start: span for span in request.images}
+        self._prefetch(job)
         if state.closed or state.cancelled:
             self._finish(job, StopReason.CANCELLED if state.cancelled else StopReason.FINALISED)
             return job.result
@@ -312,6 +325,7 @@ class ModelWorker:
         job.state.slot = slot
         job.slot = slot
         job.result.reused_tokens = self._trim_kv(job, slot)
+        self._restore_prefix(job, slot)
         self.reused_tokens += job.result.reused_tokens
         try:
             self._prepare_sampler(job)
@@ -328,6 +342,44 @@ class ModelWorker:
             self.context.seq_rm(slot.seq_id, job.position(keep))  # the kept prefix is the job's own
             del slot.kv[keep:]
         return keep
+
+    def _prefetch(self, job: Job) -> None:
+        """On the caller's thread: read the prompt-cache entry that would save this job the most
+        decoding (its own sequence's prefix counts as already saved)."""
+        request = job.request
+        if self.prompt_cache is None:
+            if request.cache_name:
+                log_ignored_name(request.cache_name)
+            return
+        if not request.cache_prompt or request.embed:
+            return
+        own = job.state.slot
+        have = common_prefix(list(own.kv), job.tokens) if own is not None and own.owner is job.state else 0
+        job.cached = self.prompt_cache.prefetch(job.tokens, self._cacheable(job), have, request.cache_name)
+
+    @staticmethod
+    def _cacheable(job: Job) -> int:
+        """Tokens of the job a cached prefix may cover: all but the last, and none from the first image on."""
+        return min([len(job.tokens) - 1, *job.images])
+
+    def _restore_prefix(self, job: Job, slot: Slot) -> None:
+        """Replace the slot's cells by the job's prefetched entry if it holds more of the prompt."""
+        found, job.cached = job.cached, None
+        if found is None or self.prompt_cache is None:
+            return
+        gain = found.common - len(slot.kv)
+        if gain <= 0 or (gain < self.prompt_cache.min_tokens and not job.request.cache_name):
+            return
+        slot.kv[:] = self.prompt_cache.restore(self.context, slot.seq_id, found)
+        job.result.reused_tokens = len(slot.kv)
+
+    def _save_prefix(self, job: Job) -> None:
+        """Once a prompt is decoded, keep its state on disk (text prompts only)."""
+        request, slot = job.request, job.slot
+        if self.prompt_cache is None or slot is None or job.images or request.embed or not request.cache_prompt:
+            return
+        fresh = len(job.tokens) - job.result.reused_tokens
+        self.prompt_cache.save(self.context, slot.seq_id, job.tokens, fresh, request.cache_name)
 
     @staticmethod
     def _reusable(job: Job, slot: Slot) -> int:
@@ -369,6 +421,7 @@ class ModelWorker:
             if not job.t_first:
                 job.t_first = now
                 job.result.prompt_ms = (now - job.t_start) * 1000.0
+                self._save_prefix(job)
             if job.request.embed:
                 self._embed(job)
             else:

@@ -57,6 +57,8 @@ class GenerationRequest:
     """A ``compute_single`` step: only end-of-generation and a full context stop it."""
     reset_sampler: bool = True
     cache_prompt: bool = True
+    cache_name: str = ""
+    """``path-prompt-cache``: the entry of the host's prompt cache this prompt is saved under ("" = by content)."""
     priority: int = 0
     queue_timeout_ms: int = 0
     max_queue: int = 256

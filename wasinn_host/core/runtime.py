@@ -17,6 +17,11 @@ from typing import Any, Protocol
 
 from .params import ModelParams, SamplingParams
 
+MAX_DEFAULT_CTX = 4096
+"""Without ``ctx-size``, a sequence holds the model's training context, at most this many tokens."""
+DEFAULT_SEQUENCES = 4
+"""Without ``n-parallel``, a model starts with this many sequences and grows with demand."""
+
 
 @dataclass(frozen=True)
 class KvLayout:
@@ -122,6 +127,12 @@ class Context(Protocol):
 
     def seq_rm(self, seq_id: int, start: int) -> None:
         """Drop a sequence's cells from ``start`` on."""
+
+    def state_get(self, seq_id: int) -> memoryview:
+        """The KV state of one sequence (for the prompt cache)."""
+
+    def state_set(self, seq_id: int, data: memoryview) -> bool:
+        """Load a sequence's KV state made by :meth:`state_get`; False if it does not fit this context."""
 
     def can_shift(self) -> bool:
         """Whether cell positions can move (context shift)."""

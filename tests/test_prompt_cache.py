@@ -1,0 +1,251 @@
+"""The persistent prompt cache (``--nn-prompt-cache``): exact warm starts across processes, and failures.
+
+Every test runs real llama.cpp.  The random model's greedy output depends on the whole prompt, so a
+restored KV state that differed from a fresh decode would change the text.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from wasinn_host import ErrorKind, ModelRegistry, WasiNN, WasiNNError
+from wasinn_host.core.prompt_cache import PromptCache
+from wasinn_host.core.prompt_cache_entry import TEMP_PREFIX, read_header, read_state, write_entry
+from wasinn_host.testing.gguf_models import write_random_model
+from wasinn_host.testing.guest_runs import wasinn_cli
+
+PROMPT = "You are a careful assistant. Answer briefly and exactly. " * 5 + "Question: what is 2+3?"
+OTHER_TAIL = "Question: name a colour."
+CONFIG = {"temp": 0, "n-predict": 12, "ctx-size": 1024}
+
+
+@pytest.fixture(scope="module")
+def random_model(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    path = tmp_path_factory.mktemp("pc-models") / "random.gguf"
+    return write_random_model(
+        path, n_layer=2, n_embd=128, n_head=4, n_ff=256, context_length=1024, logit_std=8.0, seed=7
+    )
+
+
+def complete(model: pathlib.Path, prompt: str, cache: PromptCache | str | None, **config: object) -> tuple[str, dict]:
+    """One completion on a freshly loaded model (its own registry), as a new process would do it."""
+    registry = ModelRegistry([f"default:GGML:AUTO:{model}"])
+    nn = WasiNN(registry=registry, prompt_cache=cache)
+    try:
+        with nn.session("default", {**CONFIG, **config}) as session:
+            text = session.complete(prompt)
+            return text, session.metadata
+    finally:
+        nn.close()
+
+
+def entries(directory: pathlib.Path) -> list[pathlib.Path]:
+    return sorted(p for p in directory.rglob("*") if p.is_file())
+
+
+def cli_run(model: pathlib.Path, prompt: str, *options: str, env: dict[str, str] | None = None) -> tuple[str, dict]:
+    result = wasinn_cli(
+        *options,
+        "--nn-preload",
+        f"default:GGML:AUTO:{model}",
+        "--env",
+        "temp=0",
+        "--env",
+        "n_predict=12",
+        "--env",
+        "ctx_size=1024",
+        "guest_examples/complete.wasm",
+        "default",
+        prompt,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    meta = json.loads(result.stderr.strip().splitlines()[-1])
+    return result.stdout, meta
+
+
+def test_wasinn_run_twice_is_a_warm_start_with_the_same_output(
+    random_model: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    baseline, meta0 = cli_run(random_model, PROMPT)
+    cold, meta1 = cli_run(random_model, PROMPT, "--nn-prompt-cache", str(tmp_path / "cache"))
+    warm, meta2 = cli_run(random_model, PROMPT, "--nn-prompt-cache", str(tmp_path / "cache"))
+    assert len(baseline) > 4 and baseline == cold == warm
+    n = meta0["input_tokens"]
+    assert (meta0["reused_tokens"], meta1["reused_tokens"], meta2["reused_tokens"]) == (0, 0, n - 1)
+    (entry,) = entries(tmp_path / "cache")
+    assert len(read_header(entry).tokens) == n
+
+
+def test_embedding_api_restores_a_shared_prefix_exactly(random_model: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    cache = tmp_path / "cache"
+    first, meta = complete(random_model, PROMPT, str(cache))
+    again, meta_again = complete(random_model, PROMPT, str(cache))
+    assert first == again and meta["reused_tokens"] == 0 and meta_again["reused_tokens"] == meta["input_tokens"] - 1
+    # another question after the same system prompt: the shared prefix is restored, the rest decoded
+    other = PROMPT.rsplit("Question:", 1)[0] + OTHER_TAIL
+    fresh, _ = complete(random_model, other, None)
+    warm, meta_other = complete(random_model, other, PromptCache(cache))
+    assert warm == fresh and fresh != first
+    shared = len(os.path.commonprefix([PROMPT, other])) + 1  # + BOS
+    assert meta_other["reused_tokens"] == shared
+    assert len(entries(cache)) == 1  # its 24 new tokens are fewer than MIN_TOKENS: not worth a file
+
+
+def test_bad_entries_are_ignored_with_one_log_line(
+    random_model: pathlib.Path, tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cache = tmp_path / "cache"
+    expected, _ = complete(random_model, PROMPT, str(cache))
+    (entry,) = entries(cache)
+    good = entry.read_bytes()
+    info = read_header(entry)
+
+    def warm_run() -> tuple[str, dict, list[str]]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="wasinn_host"):
+            text, meta = complete(random_model, PROMPT, str(cache))
+        return text, meta, [r.getMessage() for r in caplog.records if "prompt cache" in r.getMessage()]
+
+    corrupt = bytearray(good)
+    corrupt[len(good) // 2] ^= 0xFF
+    entry.write_bytes(bytes(corrupt))
+    text, meta, lines = warm_run()
+    assert (text, meta["reused_tokens"]) == (expected, 0)
+    assert len(lines) == 1 and "checksum mismatch" in lines[0] and "removed" in lines[0]
+    assert read_state(read_header(entry))  # the run saved a good entry again
+
+    entry.write_bytes(good[: len(good) - 100])
+    text, meta, lines = warm_run()
+    assert (text, meta["reused_tokens"]) == (expected, 0)
+    assert len(lines) == 1 and "truncated" in lines[0]
+
+    # a state llama.cpp cannot use, under the right model and tokens (a valid checksum)
+    write_entry(entry, info.model, info.tokens, memoryview(b"\x01" * 64))
+    text, meta, lines = warm_run()
+    assert (text, meta["reused_tokens"]) == (expected, 0)
+    assert len(lines) == 1 and "refused" in lines[0]
+
+    # a foreign file is left alone; another model's entries are never used
+    entry.write_bytes(good)
+    (cache / "notes.txt").write_text("not an entry")
+    other_model = write_random_model(tmp_path / "other.gguf", n_layer=2, n_embd=128, n_head=4, n_ff=256, seed=8)
+    fresh, _ = complete(other_model, PROMPT, None)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="wasinn_host"):
+        text, meta = complete(other_model, PROMPT, str(cache))
+    lines = [r.getMessage() for r in caplog.records if "prompt cache" in r.getMessage()]
+    assert (text, meta["reused_tokens"]) == (fresh, 0)
+    assert len(lines) == 1 and "notes.txt" in lines[0] and "not a prompt-cache entry" in lines[0]
+    assert (cache / "notes.txt").read_text() == "not an entry"
+    text, meta, _ = warm_run()  # the first model still finds its own entry
+    assert (text, meta["reused_tokens"]) == (expected, meta["input_tokens"] - 1)
+
+
+def test_the_directory_stays_within_its_size_bound(random_model: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    cache_dir = tmp_path / "cache"
+    prompts = [f"{letter} " + PROMPT for letter in "ABCD"]
+    complete(random_model, prompts[0], str(cache_dir))
+    entry_size = entries(cache_dir)[0].stat().st_size
+    cache = PromptCache(cache_dir, max_bytes=int(entry_size * 2.5))
+    outputs = []
+    for prompt in prompts[1:]:
+        outputs.append(complete(random_model, prompt, cache)[0])
+        assert sum(p.stat().st_size for p in entries(cache_dir)) <= cache.max_bytes
+    kept = {read_header(p).tokens[1] for p in entries(cache_dir)}
+    assert len(kept) == 2 and cache.evictions == 2  # A and B went; C and D, the newest, stay
+    # the newest entry serves a warm start; the evicted one is decoded again, with the same output
+    assert complete(random_model, prompts[3], cache)[1]["reused_tokens"] > 0
+    text, meta = complete(random_model, prompts[1], cache)
+    assert (text, meta["reused_tokens"]) == (outputs[0], 0)
+    # a state larger than the whole bound is not written
+    tiny = PromptCache(tmp_path / "tiny", max_bytes=1000)
+    complete(random_model, PROMPT, tiny)
+    assert entries(tmp_path / "tiny") == []
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from wasinn_host import ModelRegistry, WasiNN
+    model, cache, *prompts = sys.argv[1:]
+    nn = WasiNN(registry=ModelRegistry([f"default:GGML:AUTO:{model}"]), prompt_cache=cache)
+    for prompt in prompts:
+        with nn.session("default", {"temp": 0, "n-predict": 4, "ctx-size": 1024}) as session:
+            print(session.complete(prompt).encode().hex())
+    nn.close()
+    """
+)
+
+
+def test_two_processes_writing_at_once(random_model: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    cache = tmp_path / "cache"
+    shared, own_a, own_b = PROMPT, "A: " + PROMPT, "B: " + PROMPT
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(random_model), str(cache), shared, own],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for own in (own_a, own_b)
+    ]
+    outs = [proc.communicate(timeout=300) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], [err for _, err in outs]
+    assert outs[0][0].split()[0] == outs[1][0].split()[0]  # the shared prompt's answer
+    files = entries(cache)
+    assert not [p for p in files if p.name.startswith(TEMP_PREFIX)]
+    assert len(files) == 3
+    for path in files:
+        assert read_state(read_header(path))  # whole, with a valid checksum
+    text, meta = complete(random_model, shared, str(cache), **{"n-predict": 4})
+    assert text.encode().hex() == outs[0][0].split()[0] and meta["reused_tokens"] == meta["input_tokens"] - 1
+
+
+def test_path_prompt_cache_names_an_entry_inside_the_directory(
+    random_model: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    cache = tmp_path / "cache"
+    text, _ = complete(random_model, "short prompt", str(cache), **{"path-prompt-cache": "chats/one.bin"})
+    named = cache / "chats" / "one.bin"
+    assert len(read_header(named).tokens) == 13  # BOS + 12 characters
+    assert entries(cache) == [named]  # a short prompt is saved only because it was named
+    warm, meta = complete(random_model, "short prompt", str(cache), **{"path-prompt-cache": "chats/one.bin"})
+    assert warm == text and meta["reused_tokens"] == 12
+    for bad in ("../outside", "/etc/passwd", "a/../../b"):
+        with pytest.raises(WasiNNError) as err:
+            complete(random_model, PROMPT, str(cache), **{"path-prompt-cache": bad})
+        assert err.value.kind is ErrorKind.INVALID_ARGUMENT and "path-prompt-cache" in err.value.message
+    assert not (tmp_path / "outside").exists()
+    # without a cache directory the key is accepted and ignored
+    plain, _ = complete(random_model, "short prompt", None, **{"path-prompt-cache": "x"})
+    assert plain == text and not (pathlib.Path.cwd() / "x").exists()
+
+
+def test_wasinn_run_refuses_a_prompt_cache_path_outside_with_errno_1(
+    random_model: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    result = wasinn_cli(
+        "--nn-prompt-cache",
+        str(tmp_path / "cache"),
+        "--nn-preload",
+        f"default:GGML:AUTO:{random_model}",
+        "--env",
+        'WASINN_CONFIG={"path-prompt-cache": "../escape"}',
+        "guest_examples/complete.wasm",
+        "default",
+        "abc",
+    )
+    assert result.returncode == 1
+    assert "returned 1" in result.stderr
+    logged = [line for line in result.stderr.splitlines() if "path-prompt-cache" in line]
+    assert len(logged) == 1, result.stderr
+    assert not (tmp_path / "escape").exists()
