@@ -109,6 +109,7 @@ def test_wasinn_run_keeps_the_list_heap_for_components_only(
 ) -> None:
     """``keep_list_heap`` changes malloc for the whole process: the CLI asks for it only for a component."""
     from wasinn_host import cli
+    from wasinn_host.wit import fast_calls
 
     calls: list[int] = []
 
@@ -116,7 +117,7 @@ def test_wasinn_run_keeps_the_list_heap_for_components_only(
         calls.append(1)
         return True
 
-    monkeypatch.setattr(cli, "keep_list_heap", keep_list_heap)
+    monkeypatch.setattr(fast_calls, "keep_list_heap", keep_list_heap)  # the CLI imports it when a component runs
     monkeypatch.setattr(cli, "configure_logging", lambda *args: None)  # keep this process's loggers
     monkeypatch.setattr(cli.signal, "signal", lambda *args: None)  # and its SIGHUP handler
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-import llama_cpp
+from .llama_bindings import llama_cpp
 
 # enum ggml_backend_dev_type
 DEVICE_TYPES = {0: "CPU", 1: "GPU", 2: "IGPU", 3: "ACCEL"}

@@ -44,9 +44,8 @@ def check_model_file(path: Path) -> None:
 
 
 def _main(path: str) -> int:
-    import llama_cpp
-
-    from .llama import capture_llama_log, init_backend
+    from .llama_bindings import llama_cpp
+    from .llama_log import capture_llama_log, init_backend
 
     init_backend()
     params = llama_cpp.llama_model_default_params()

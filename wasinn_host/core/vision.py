@@ -25,11 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import llama_cpp
-from llama_cpp import mtmd_cpp as mtmd
-
 from .errors import invalid
 from .images import MAX_IMAGES, check_image, image_size
+from .llama_bindings import llama_cpp
+from .llama_bindings import mtmd_cpp as mtmd
 
 
 @dataclass(eq=False)

@@ -21,17 +21,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 from wasmtime import component as cm
 
 from ..core.errors import WasiNNError
 from ..core.generation import StopReason
+from ..core.limits import Limits
 from .llm_mapping import HAYRIDE_OUTPUT, OUTPUT, read_request
 from .store_state import CONTEXT_STREAM, GRAPH_STREAM, TENSOR_STREAM, ComponentState
-
-if TYPE_CHECKING:
-    from .imports import WitNNImports
 
 log = logging.getLogger("wasinn_host")
 
@@ -62,10 +60,37 @@ class TensorStream:
         return self.context is None
 
 
-class HayrideStreams:
-    """The three interfaces, on the state tables and backend of a :class:`WitNNImports`."""
+class StreamHost(Protocol):
+    """What the streaming interfaces use of the wasi:nn front end (``imports.WitNNImports``)."""
 
-    def __init__(self, imports: WitNNImports) -> None:
+    limits: Limits
+
+    def state(self, store: Any) -> ComponentState:
+        """The resource tables of the calling Store."""
+
+    def own(self, kind: str, rep: int) -> cm.ResourceHost:
+        """An owned handle of a host resource for the guest."""
+
+    def resource(self, instance: cm.LinkerInstance, kind: str) -> None:
+        """Define a host resource on a linker instance."""
+
+    def result(self, name: str, impl: Callable[..., Any], tagged: bool = True) -> Callable[..., Any]:
+        """Wrap a ``result<T, error>`` function."""
+
+    def graph_rep(self, state: ComponentState, name: str) -> int:
+        """The rep of a graph loaded by name."""
+
+    def take_inputs(self, state: ComponentState, inputs: list[tuple[str, int]]) -> Any:
+        """The named input tensors, taken from the Store's table."""
+
+    def ready_pollable(self, store: Any, state: ComponentState) -> Any:
+        """A ready ``wasi:io/poll`` pollable."""
+
+
+class HayrideStreams:
+    """The three interfaces, on the state tables and backend of a :class:`StreamHost`."""
+
+    def __init__(self, imports: StreamHost) -> None:
         self.imports = imports
 
     def add_to(self, root: cm.LinkerInstance, add: AddFunc) -> None:
