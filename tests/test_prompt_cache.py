@@ -17,10 +17,12 @@ import textwrap
 import pytest
 
 from wasinn_host import ErrorKind, ModelRegistry, WasiNN, WasiNNError
+from wasinn_host.core.preload import Preload
 from wasinn_host.core.prompt_cache import PromptCache
 from wasinn_host.core.prompt_cache_entry import TEMP_PREFIX, read_header, read_state, write_entry
 from wasinn_host.testing.gguf_models import write_random_model
 from wasinn_host.testing.guest_runs import wasinn_cli
+from wasinn_host.testing.vision_models import img_tag, solid_png, write_vision_model
 
 PROMPT = "You are a careful assistant. Answer briefly and exactly. " * 5 + "Question: what is 2+3?"
 OTHER_TAIL = "Question: name a colour."
@@ -249,3 +251,31 @@ def test_wasinn_run_refuses_a_prompt_cache_path_outside_with_errno_1(
     logged = [line for line in result.stderr.splitlines() if "path-prompt-cache" in line]
     assert len(logged) == 1, result.stderr
     assert not (tmp_path / "escape").exists()
+
+
+@pytest.mark.parametrize("kind", ["llava", "qwen2vl"])
+def test_prompts_with_images_are_not_saved_and_restore_stops_before_the_image(
+    kind: str, tmp_path: pathlib.Path
+) -> None:
+    text_model, projector = write_vision_model(tmp_path / "models", kind=kind)
+    system = "Describe what you see in a few plain words, please. "
+
+    def run(prompt: str, cache: str | None) -> tuple[str, dict]:
+        registry = ModelRegistry([Preload("v", text_model, mmproj=projector)])
+        nn = WasiNN(registry=registry, prompt_cache=cache)
+        try:
+            with nn.session("v", {"temp": 0, "n-predict": 8}) as session:
+                return session.complete(prompt), session.metadata
+        finally:
+            nn.close()
+
+    cache = str(tmp_path / "cache")
+    with_image = system + img_tag(solid_png(255, 0, 0)) + " cd"
+    expected, _ = run(with_image, None)
+    assert run(with_image, cache)[0] == expected
+    assert entries(tmp_path / "cache") == []  # a prompt with an image is never saved
+    run(system + "and nothing else, thank you.", cache)  # a text prompt sharing the system part is
+    assert len(entries(tmp_path / "cache")) == 1
+    text, meta = run(with_image, cache)
+    assert text == expected
+    assert meta["reused_tokens"] == len(system) + 1  # BOS and the text before the image; the image is decoded
