@@ -9,10 +9,14 @@ generated tokens, it measures
 
 and prints tokens/s of each and their ratio (target >= 0.97).  It also measures the
 per-call cost of a cheap import, a 64-byte ``get_output`` called in a loop from wasm
-(target <= 10 us).
+(target <= 10 us), and the **cost of a grammar**: greedy generation under a JSON schema
+against unconstrained generation of the same model, as generated tokens/s after the prompt
+(target >= 0.8), through the host (a Python session) and natively with llama.cpp's
+grammar-first chain (what every token cost before).
 
-Usage: ``python scripts/benchmarks/bench_host.py [--model M.gguf] [--tokens 256] [--threads 2] [--runs 3]``
-(without ``--model`` a random 12-layer F16 model is generated in a temp dir).
+Usage: ``python scripts/benchmarks/bench_host.py [--model smollm2|gemma3|M.gguf] [--tokens 256] [--threads 2]
+[--runs 3]`` (without ``--model`` a random 12-layer F16 model is generated in a temp dir; ``smollm2``
+and ``gemma3`` are the real models of :mod:`wasinn_host.testing.real_models`, fetched once).
 """
 
 from __future__ import annotations
@@ -25,22 +29,27 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Mapping
 
 import llama_cpp
 import wasmtime
 
 from wasinn_host import ModelRegistry, RunOptions, WasiNN
-from wasinn_host.core.config import EMPTY_CONFIG
+from wasinn_host.core.config import EMPTY_CONFIG, schema_to_grammar
 from wasinn_host.ephemeral.execution import ExecutionContext
 from wasinn_host.testing.gguf_models import write_random_model, write_successor_model
+from wasinn_host.testing.real_models import model_file
 
 ROOT = Path(__file__).resolve().parents[2]
 
 PROMPT = "The quick brown fox jumps over the lazy dog. " * 2
 
 
-def native_tokens_per_s(model_path: Path, n_tokens: int, threads: int, n_ctx: int) -> float:
-    """Greedy generation of ``n_tokens`` after PROMPT with a raw llama_decode loop."""
+def native_tokens_per_s(
+    model_path: Path, n_tokens: int, threads: int, n_ctx: int, grammar: str = "", prompt: str = PROMPT
+) -> float:
+    """Greedy generation of ``n_tokens`` after ``prompt`` with a raw llama_decode loop (with ``grammar``:
+    a grammar-first chain, stopping at end of generation, timed after the prompt)."""
     llama_cpp.llama_backend_init()
     mparams = llama_cpp.llama_model_default_params()
     model = llama_cpp.llama_model_load_from_file(str(model_path).encode(), mparams)
@@ -49,8 +58,12 @@ def native_tokens_per_s(model_path: Path, n_tokens: int, threads: int, n_ctx: in
     cparams.n_ctx, cparams.n_batch, cparams.n_threads, cparams.n_threads_batch = n_ctx, 512, threads, threads
     ctx = llama_cpp.llama_init_from_model(model, cparams)
     sampler = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+    if grammar:
+        llama_cpp.llama_sampler_chain_add(
+            sampler, llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
+        )
     llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_greedy())
-    text = PROMPT.encode()
+    text = prompt.encode()
     buf = (llama_cpp.llama_token * (len(text) + 8))()
     n_prompt = llama_cpp.llama_tokenize(vocab, text, len(text), buf, len(buf), True, True)
     batch = llama_cpp.llama_batch_init(512, 0, 1)
@@ -68,19 +81,25 @@ def native_tokens_per_s(model_path: Path, n_tokens: int, threads: int, n_ctx: in
     started = time.perf_counter()
     llama_cpp.llama_memory_clear(memory, True)
     decode(list(buf[:n_prompt]), 0)
+    if grammar:
+        started = time.perf_counter()
     pos = n_prompt
     out = bytearray()
+    generated = 0
     for _ in range(n_tokens):
         tok = llama_cpp.llama_sampler_sample(sampler, ctx, -1)
         n = llama_cpp.llama_token_to_piece(vocab, tok, piece, 64, 0, True)
         out += piece.raw[:n]
+        generated += 1
+        if grammar and llama_cpp.llama_vocab_is_eog(vocab, tok):
+            break
         decode([tok], pos)
         pos += 1
     elapsed = time.perf_counter() - started
     llama_cpp.llama_sampler_free(sampler)
     llama_cpp.llama_free(ctx)
     llama_cpp.llama_model_free(model)
-    return n_tokens / elapsed
+    return generated / elapsed
 
 
 def host_tokens_per_s(nn: WasiNN, n_tokens: int, threads: int, n_ctx: int, workdir: Path) -> float:
@@ -147,18 +166,70 @@ def get_output_cost_us(nn: WasiNN, calls: int, index: int = 0) -> float:
     return elapsed / calls * 1e6
 
 
+GRAMMAR_PROMPT = "A JSON list of ten famous scientists, with their field, birth year and three discoveries:\n"
+GRAMMAR_SCHEMA = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "field": {"type": "string"},
+            "born": {"type": "integer"},
+            "discoveries": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["name", "field", "born", "discoveries"],
+    },
+}
+
+
+def session_tokens_per_s(nn: WasiNN, config: Mapping[str, object]) -> tuple[float, int]:
+    """Generated tokens/s after the prompt (the output metadata's figure) and the tokens generated."""
+    with nn.session("bench", config) as session:
+        session.complete(GRAMMAR_PROMPT)
+        meta = session.metadata
+    return float(meta["tokens_per_second"]), int(meta["output_tokens"])
+
+
+def grammar_cost(nn: WasiNN, model: Path, n_tokens: int, threads: int, n_ctx: int, runs: int) -> list[str]:
+    """Lines reporting JSON-schema generation against unconstrained generation, host and native."""
+    base = {"temp": 0, "threads": threads, "ctx-size": n_ctx, "n-parallel": 1, "batch-size": 512}
+    free_cfg = {**base, "n-predict": n_tokens, "ignore-eos": True}
+    schema_cfg = {**base, "n-predict": n_tokens, "json-schema": json.dumps(GRAMMAR_SCHEMA)}
+    gbnf = schema_to_grammar(json.dumps(GRAMMAR_SCHEMA))
+    free, constrained, native_free, native_constrained = [], [], [], []
+    n_constrained = 0
+    for _ in range(runs):
+        free.append(session_tokens_per_s(nn, free_cfg)[0])
+        rate, n_constrained = session_tokens_per_s(nn, schema_cfg)
+        constrained.append(rate)
+        native_free.append(native_tokens_per_s(model, n_tokens, threads, n_ctx, prompt=GRAMMAR_PROMPT))
+        native_constrained.append(native_tokens_per_s(model, n_tokens, threads, n_ctx, gbnf, GRAMMAR_PROMPT))
+    f, c = statistics.median(free), statistics.median(constrained)
+    nf, nc = statistics.median(native_free), statistics.median(native_constrained)
+    return [
+        f"json-schema generation ({n_constrained} tokens) vs unconstrained ({n_tokens}), tokens/s after the prompt:",
+        f"  host     : {c:8.1f} vs {f:8.1f}  ratio {c / f:6.3f}  (target >= 0.8)",
+        f"  native grammar-first chain: {nc:8.1f} vs {nf:8.1f}  ratio {nc / nf:6.3f}",
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, help="GGUF model (default: a generated random 12-layer F16 model)")
+    parser.add_argument(
+        "--model",
+        help="smollm2, gemma3 (real models, fetched once) or a GGUF path "
+        "(default: a generated random 12-layer F16 model)",
+    )
     parser.add_argument("--tokens", type=int, default=256, help="tokens generated per run (default 256)")
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads for both (default 2)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs of each; the median is reported (default 3)")
     parser.add_argument("--calls", type=int, default=200_000, help="get_output calls timed (default 200000)")
+    parser.add_argument("--no-grammar", action="store_true", help="skip the grammar cost measurement")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        model = args.model or write_random_model(workdir / "random.gguf")
+        model = model_file(args.model) if args.model else write_random_model(workdir / "random.gguf")
         successor = write_successor_model(workdir / "successor.gguf")
         n_ctx = 512 + 64
         nn = WasiNN(preload=[f"bench:GGML:AUTO:{model}", f"succ:GGML:AUTO:{successor}"], registry=ModelRegistry())
@@ -170,6 +241,7 @@ def main() -> int:
             host.append(host_tokens_per_s(nn, args.tokens, args.threads, n_ctx, workdir))
         cost = get_output_cost_us(nn, args.calls)
         metadata_cost = get_output_cost_us(nn, args.calls, index=1)
+        grammar = [] if args.no_grammar else grammar_cost(nn, model, args.tokens, args.threads, n_ctx, args.runs)
         nn.registry.close()
     n, h = statistics.median(native), statistics.median(host)
     print(
@@ -181,6 +253,8 @@ def main() -> int:
     print(f"ratio host/native                  : {h / n:8.3f}  (target >= 0.97)")
     print(f"get_output (64 bytes) per call     : {cost:8.2f} us  (target <= 10)")
     print(f"get_output (metadata) per call     : {metadata_cost:8.2f} us  (target <= 10)")
+    for line in grammar:
+        print(line)
     return 0
 
 

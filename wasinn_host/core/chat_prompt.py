@@ -25,6 +25,12 @@ def render_chat_prompt(model: Model, setting: bool | str, data: bytes) -> bytes:
     bos = model.piece(model.bos).decode("utf-8", "replace") if model.bos >= 0 else ""
     eos = model.piece(model.eos).decode("utf-8", "replace") if model.eos >= 0 else ""
     text = _compiled(source, bos, eos).render(parse_messages(data), add_generation_prompt=True)
-    if bos and text.startswith(bos):
+    if bos and text.startswith(bos) and adds_bos(model):
         text = text[len(bos) :]  # tokenizing adds BOS itself
     return text.encode()
+
+
+def adds_bos(model: Model) -> bool:
+    """Whether tokenizing adds the BOS token (not every vocabulary does: SmolLM2's BOS is ``<|im_start|>``,
+    which its ChatML template writes itself, and tokenizing adds none)."""
+    return model.tokenize(b"", add_special=True, parse_special=True)[:1] == [model.bos]
