@@ -350,14 +350,16 @@ class PromptCache:
         return len(gone)
 
     def status(self) -> dict[str, object]:
-        """Directory, bound, entries and counters (JSON-ready)."""
-        with self._lock:
-            entries = list(self._index.values())
+        """Directory, bound, entries (as on disk now), states waiting to be written, counters (JSON-ready)."""
+        entries = self._scan()
+        with self._cv:
+            pending = len(self._queue) + int(self._writing)
         return {
             "directory": str(self.directory),
             "max_bytes": self.max_bytes,
             "entries": len(entries),
             "bytes": sum(e.size for e in entries),
+            "pending_writes": pending,
             "hits": self.hits,
             "writes": self.writes,
             "evictions": self.evictions,
