@@ -34,13 +34,15 @@ def test_an_entry_reads_back_and_every_damage_is_detected(tmp_path: pathlib.Path
     flipped = bytearray(good)
     flipped[-40] ^= 1  # inside the state
     path.write_bytes(bytes(flipped))
-    with pytest.raises(EntryError, match="checksum"):
+    with pytest.raises(EntryError, match="checksum") as corrupt:
         read_state(read_header(path))
+    assert corrupt.value.corrupt  # removed by the cache
     path.write_bytes(good)
     info = read_header(path)
     write_entry(path, "model-a", [1, 2, 3, 5], memoryview(b"other state"))  # replaced after indexing
-    with pytest.raises(EntryError, match="differ"):
+    with pytest.raises(EntryError, match="differ") as replaced:
         read_state(info)
+    assert not replaced.value.corrupt  # another process's new entry: skipped, never removed
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
 
 

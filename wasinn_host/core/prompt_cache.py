@@ -157,7 +157,7 @@ class PromptCache:
                 try:
                     index[path] = read_header(path)
                 except EntryError as err:
-                    self._reject(path, stat.st_size, stat.st_mtime_ns, str(err))
+                    self._reject(path, stat.st_size, stat.st_mtime_ns, err)
         with self._lock:
             self._index = index
         return list(index.values())
@@ -169,21 +169,26 @@ class PromptCache:
         except OSError:
             pass
 
-    def _reject(self, path: Path, size: int, mtime_ns: int, why: str) -> None:
-        """One log line per bad file version; our own corrupt entries are removed."""
-        ours = _starts_with_magic(path)
+    def _reject(self, path: Path, size: int, mtime_ns: int, err: EntryError) -> None:
+        """One log line per bad file version; our own corrupt entries are removed (unless another
+        process has replaced the file since).  A file that only changed or went away while it was
+        read is skipped quietly: the next scan sees it as it is."""
+        with self._lock:
+            self._index.pop(path, None)
+        if not err.corrupt:
+            log.debug("prompt cache: %s changed while read (%s); skipped", path, err)
+            return
+        ours = _starts_with_magic(path) and _same_version(path, size, mtime_ns)
         key = (str(path), size, mtime_ns)
         if key not in self._logged:
             self._logged.add(key)
             self.rejected += 1
-            log.warning("prompt cache: ignoring %s: %s%s", path, why, "; removed" if ours else "")
+            log.warning("prompt cache: ignoring %s: %s%s", path, err, "; removed" if ours else "")
         if ours:
             try:
                 path.unlink()
             except OSError:
                 pass
-            with self._lock:
-                self._index.pop(path, None)
 
     def load(self, model: str, tokens: list[int], limit: int, have: int, name: str = "") -> Prefetched | None:
         """The verified entry of ``model`` sharing the longest prefix of ``tokens[:limit]``, if it
@@ -205,7 +210,7 @@ class PromptCache:
             try:
                 return Prefetched(info, common, read_state(info))
             except EntryError as err:
-                self._reject(info.path, info.size, info.mtime_ns, str(err))
+                self._reject(info.path, info.size, info.mtime_ns, err)
         return None
 
     def _named(self, model: str, wanted: list[int], have: int, name: str) -> Prefetched | None:
@@ -219,8 +224,11 @@ class PromptCache:
                 return None
             return Prefetched(info, common, read_state(info))
         except EntryError as err:
-            stat = path.stat()
-            self._reject(path, stat.st_size, stat.st_mtime_ns, str(err))
+            try:
+                stat = path.stat()
+            except OSError:
+                return None
+            self._reject(path, stat.st_size, stat.st_mtime_ns, err)
             return None
 
     def touch(self, info: EntryInfo) -> None:
@@ -418,6 +426,15 @@ def log_ignored_name(name: str) -> None:
             "(wasinn run --nn-prompt-cache DIR)",
             name,
         )
+
+
+def _same_version(path: Path, size: int, mtime_ns: int) -> bool:
+    """Whether ``path`` is still the file version that was read (not replaced by another process)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return False
+    return (stat.st_size, stat.st_mtime_ns) == (size, mtime_ns)
 
 
 def _starts_with_magic(path: Path) -> bool:

@@ -36,7 +36,12 @@ _MAX_HEADER = 1 << 16
 
 
 class EntryError(Exception):
-    """An entry that cannot be used; the message says why in a few words."""
+    """An entry that cannot be used; the message says why in a few words.  ``corrupt`` is False when
+    the file only changed or went away while it was read (another process replaced or evicted it)."""
+
+    def __init__(self, message: str, corrupt: bool = True) -> None:
+        super().__init__(message)
+        self.corrupt = corrupt
 
 
 @dataclass(frozen=True)
@@ -115,7 +120,9 @@ def read_header(path: Path) -> EntryInfo:
             if stat.st_size != entry_size(n_tokens, header_len, state_bytes):
                 raise EntryError(f"truncated or padded ({stat.st_size} bytes)")
             tokens = _tokens_from(handle.read(4 * n_tokens))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except OSError as exc:
+        raise EntryError(f"unreadable: {exc.strerror or exc}", corrupt=False) from None
+    except (ValueError, KeyError, TypeError) as exc:
         raise EntryError(f"unreadable header: {exc}") from None
     return EntryInfo(path, model, tokens, state_bytes, stat.st_size, stat.st_mtime_ns)
 
@@ -127,12 +134,12 @@ def read_state(info: EntryInfo) -> memoryview:
         with open(info.path, "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
             if size != info.size:
-                raise EntryError("changed since it was indexed")
+                raise EntryError("changed since it was indexed", corrupt=False)
             data = bytearray(size)
             if handle.readinto(data) != size:
-                raise EntryError("short read")
+                raise EntryError("short read", corrupt=False)
     except OSError as exc:
-        raise EntryError(f"unreadable: {exc.strerror or exc}") from None
+        raise EntryError(f"unreadable: {exc.strerror or exc}", corrupt=False) from None
     view = memoryview(data)
     body, checksum = view[: size - _CHECKSUM_BYTES], view[size - _CHECKSUM_BYTES :]
     if hashlib.sha256(body).digest() != checksum:
@@ -143,5 +150,5 @@ def read_state(info: EntryInfo) -> memoryview:
     tokens_at = start + header_len
     state_at = tokens_at + 4 * len(info.tokens)
     if fields.get("model") != info.model or _tokens_from(view[tokens_at:state_at]) != info.tokens:
-        raise EntryError("model or tokens differ from its index entry")
+        raise EntryError("model or tokens differ from its index entry", corrupt=False)
     return view[state_at : size - _CHECKSUM_BYTES]
