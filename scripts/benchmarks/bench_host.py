@@ -169,13 +169,14 @@ def get_output_cost_us(nn: WasiNN, calls: int, index: int = 0) -> float:
 GRAMMAR_PROMPT = "A JSON list of ten famous scientists, with their field, birth year and three discoveries:\n"
 GRAMMAR_SCHEMA = {
     "type": "array",
+    "minItems": 10,
     "items": {
         "type": "object",
         "properties": {
             "name": {"type": "string"},
             "field": {"type": "string"},
             "born": {"type": "integer"},
-            "discoveries": {"type": "array", "items": {"type": "string"}},
+            "discoveries": {"type": "array", "items": {"type": "string"}, "minItems": 3},
         },
         "required": ["name", "field", "born", "discoveries"],
     },
