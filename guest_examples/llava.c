@@ -7,8 +7,8 @@
  *
  * Env:
  *   image     path of the image file, inside a directory the host preopened (--dir); required
- *   mmproj    sent as the "mmproj" config key, as WasmEdge guests do (the host accepts only the
- *             projector it configured for ALIAS, by path or file name); optional
+ *   mmproj    sent as the "mmproj" config key, as WasmEdge guests do: a projector file inside a
+ *             preopened directory, or the one the host configured for ALIAS; optional
  *   base64    "1": read the image here and put it inline in the prompt as
  *             <img src="data:image/png;base64,...">, then stream the answer with compute_single
  *             (like llava-base64-stream); otherwise send "image" as a config key and run one

@@ -123,7 +123,9 @@ def test_output_buffer_one_byte_too_small(guest: AbiGuest) -> None:
     assert guest.u32(guest.OUT32) == meta_len
 
 
-@pytest.mark.parametrize("ttype,expected", [(3, 0), (2, 0), (0x1234_5603, 0), (1, 1), (0, 1), (4, 1), (0xFF, 1)])
+@pytest.mark.parametrize(
+    "ttype,expected", [(3, 0), (2, 0), (0x1234_5603, 0), (0, 0), (1, 0), (4, 0), (5, 1), (6, 1), (0xFF, 1)]
+)
 def test_tensor_types(guest: AbiGuest, ttype: int, expected: int) -> None:
     ctx = guest.init(loaded(guest))[1]
     assert guest.set_input(ctx, 0, "a", ttype=ttype) == expected

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import wasmtime
 
 from wasinn_host import __version__
@@ -150,13 +151,37 @@ def test_nn_allow_lets_listed_names_through(successor_path: pathlib.Path) -> Non
 SPIN = '(module (memory (export "memory") 1) (func (export "_start") (loop $l (br $l))))'
 
 
-def test_timeout_stops_a_runaway_guest(tmp_path: pathlib.Path) -> None:
+TRAP = '(module (memory (export "memory") 1) (func (export "_start") unreachable))'
+
+
+@pytest.mark.parametrize("instances", ["1", "2", "4"])
+def test_timeout_stops_a_runaway_guest(tmp_path: pathlib.Path, instances: str) -> None:
     module = tmp_path / "spin.wasm"
     module.write_bytes(wasmtime.wat2wasm(SPIN))
     started = time.monotonic()
-    result = wasinn("run", "--timeout", "0.5", str(module))
+    result = wasinn("run", "--instances", instances, "--timeout", "0.5", str(module))
     assert result.returncode == 134
-    assert "stopped by --timeout 0.5s" in result.stderr
+    prefixes = [f"instance {i}: " for i in range(int(instances))] if instances != "1" else [""]
+    assert sorted(result.stderr.splitlines()) == [
+        f"wasinn: error: {prefix}the guest trapped: stopped by --timeout 0.5s" for prefix in prefixes
+    ]
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("instances", ["1", "2", "4"])
+def test_a_trap_ends_every_instance_with_134(tmp_path: pathlib.Path, instances: str) -> None:
+    """Each instance's trap is one line and the run exits 134 at once (the guests' pipes are closed
+    with their Stores, not when a traceback lets go of them)."""
+    module = tmp_path / "trap.wasm"
+    module.write_bytes(wasmtime.wat2wasm(TRAP))
+    started = time.monotonic()
+    result = wasinn("run", "--instances", instances, str(module))
+    assert result.returncode == 134
+    assert len(result.stderr.splitlines()) == int(instances)
+    assert all(
+        line.endswith("the guest trapped: wasm trap: wasm `unreachable` instruction executed")
+        for line in result.stderr.splitlines()
+    )
     assert time.monotonic() - started < 30
 
 
@@ -172,21 +197,25 @@ READY_THEN_SPIN = """
 """
 
 
-def test_ctrl_c_ends_cleanly(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("instances", [1, 2, 4])
+def test_ctrl_c_ends_cleanly(tmp_path: pathlib.Path, instances: int) -> None:
     module = tmp_path / "spin.wasm"
     module.write_bytes(wasmtime.wat2wasm(READY_THEN_SPIN))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "wasinn_host", "run", str(module)],
+        [sys.executable, "-m", "wasinn_host", "run", "--instances", str(instances), str(module)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"  # the guest is running
+    assert proc.stdout is not None
+    assert [proc.stdout.readline() for _ in range(instances)] == ["ready\n"] * instances  # all are running
     proc.send_signal(signal.SIGINT)
+    started = time.monotonic()
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130
     assert err.strip() == "wasinn: interrupted"
+    assert time.monotonic() - started < 5  # every Store stops at its next epoch check, none waits for a join
 
 
 def test_json_log_lines(tmp_path: pathlib.Path, successor_path: pathlib.Path) -> None:

@@ -96,7 +96,7 @@ def test_timeout_stops_a_runaway_component_and_frees_its_context(tmp_path: pathl
     probe = GUESTS / "components" / "nn_probe.wasm"
     result = wasinn_run(tmp_path, "--timeout", "0.5", "--status", str(probe), "name", "default", "ctx", "spin")
     assert (result.returncode, result.stdout) == (134, "graph ok\nctx ok\n")
-    assert "wasinn: error: the guest was stopped by --timeout 0.5s" in result.stderr
+    assert "wasinn: error: the guest trapped: stopped by --timeout 0.5s" in result.stderr
     status = json.loads(next(line for line in result.stderr.splitlines() if line.startswith("{")))
     assert status["sessions"]["component_stores"] == 0 and status["sessions"]["component_execution_contexts"] == 0
 

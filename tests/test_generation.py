@@ -208,7 +208,7 @@ def test_bad_values_are_refused(guest: AbiGuest, config: dict, caplog: pytest.Lo
 
 
 def test_streaming_pieces_are_whole_utf8_characters(guest: AbiGuest) -> None:
-    """"é" is two byte-fallback tokens: the first step shows nothing, the second the whole character;
+    """ "é" is two byte-fallback tokens: the first step shows nothing, the second the whole character;
     get_output(0) has the raw bytes all along."""
     ctx = guest.init(guest.load_by_name("succ")[1])[1]
     assert guest.set_input(ctx, 1, json.dumps({"grammar": 'root ::= "é!"', "temp": 0})) == 0
@@ -262,6 +262,18 @@ def test_python_session_stream_equals_complete(nn: WasiNN) -> None:
         assert b"".join(pieces).decode() == successor_text("k")
         assert session.metadata["input_tokens"] == 2
         assert list(session.stream("3", max_tokens=5)) == [b"4", b"5", b"6", b"7", b"8"]
+
+
+def test_python_session_stream_keeps_n_predict(nn: WasiNN) -> None:
+    """stream() stops where complete() does: at the session's n-predict (and at max_tokens if smaller)."""
+    with nn.session("succ", {"temp": 0, "n-predict": 4}) as session:
+        assert session.complete("a") == "bcde"
+        assert list(session.stream("a")) == [b"b", b"c", b"d", b"e"]
+        assert list(session.stream("a", max_tokens=2)) == [b"b", b"c"]
+        session.configure({"n-predict": 6})
+        assert b"".join(session.stream("0")) == successor_text("0", 6).encode()
+        session.configure({"temp": 0})  # a config without n-predict keeps the session's
+        assert b"".join(session.stream("0")) == successor_text("0", 6).encode()
 
 
 def test_secondary_sampling_keys(guest: AbiGuest) -> None:

@@ -85,7 +85,7 @@ def test_a_host_bug_in_a_guest_thread_is_one_line_and_a_failed_exit(nn: WasiNN, 
     monkeypatch.setattr(nn, "run", broken)
     results = run_instances(nn, STREAM, ["succ", "abc"], RunOptions())
     assert (results[0].code, results[0].error) == (None, "internal error: ValueError: boom")
-    assert _exit_code(results, None) != 0
+    assert _exit_code(results) != 0
 
 
 def test_a_new_compute_closes_the_contexts_older_stream(nn: WasiNN) -> None:

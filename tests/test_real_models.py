@@ -317,7 +317,7 @@ def test_stream_pieces_are_whole_characters_for_guests_and_python(
 
     with real_nn.session(name, config) as session:
         streamed = list(session.stream(prompt))
-    assert [p.decode("utf-8") for p in streamed] == [p.decode("utf-8") for p in pieces]
+    assert streamed == [p for p in pieces if p], "the iterator skips the steps that hold a character back"
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from wasinn_host import ModelRegistry, RunOptions, WasiNN
 from wasinn_host.backend.local import LocalBackend
 from wasinn_host.core.errors import ErrorKind, WasiNNError
-from wasinn_host.core.limits import Limits
+from wasinn_host.core.limits import INLINE_IMAGE_ROOM, Limits
 from wasinn_host.rpc.endpoint import ClientOptions
 from wasinn_host.rpc.messages import SESSION_KEY, host, host_grpc, nn, nn_grpc
 from wasinn_host.rpc.server import NNServer, ServeOptions
@@ -152,6 +152,7 @@ def test_session_over_rpc(remote: WasiNN) -> None:
         assert session.complete("abc") == "defgh"
         assert session.metadata["output_tokens"] == 5
         assert b"".join(session.stream("x")) == b"yz"
+        assert b"".join(session.stream("abc")) == b"defgh"  # n-predict bounds a stream too
     with pytest.raises(WasiNNError) as info:
         remote.session("nope")
     assert info.value.kind is ErrorKind.NOT_FOUND
@@ -200,8 +201,21 @@ def test_raw_wasmedge_client(server: NNServer) -> None:
     assert errno_of_call(graph.LoadByNameWithConfig, nn.LoadByNameWithConfigRequest(name="succ", config="{")) == 2
     bad_ctx = nn.InitExecutionContextRequest(resource_handle=99)
     assert errno_of_call(resource.InitExecutionContext, bad_ctx) == 1
-    f32 = nn.SetInputRequest(resource_handle=ctx, index=0, tensor=tensor(b"abcd", ty=1))
-    assert errno_of_call(context.SetInput, f32) == 1
+    for accepted in (0, 1, 2, 4):  # what WasmEdge accepts (4: U8 in this proto's enum)
+        context.SetInput(nn.SetInputRequest(resource_handle=ctx, index=0, tensor=tensor(b"abcd", ty=accepted)))
+    i32 = nn.SetInputRequest(resource_handle=ctx, index=0, tensor=tensor(b"abcd", ty=5))
+    assert errno_of_call(context.SetInput, i32) == 1
+    # output_max_size (WasmEdge's newest field): larger outputs are errno 7; 0 (older clients): no limit
+    context.Compute(nn.ComputeRequest(resource_handle=ctx))
+    answer = successor_text("abcd").encode() + b"</s>"
+    exact = nn.GetOutputRequest(resource_handle=ctx, index=0, output_max_size=len(answer))
+    assert context.GetOutput(exact).data == answer
+    small = nn.GetOutputRequest(resource_handle=ctx, index=0, output_max_size=len(answer) - 1)
+    assert errno_of_call(context.GetOutput, small) == 7
+    assert context.GetOutput(nn.GetOutputRequest(resource_handle=ctx, index=0)).data == answer
+    piece = nn.GetOutputRequest(resource_handle=ctx, index=0, output_max_size=4)
+    assert context.GetOutputSingle(piece).data == b"</s>"
+    assert errno_of_call(context.GetOutputSingle, nn.GetOutputRequest(resource_handle=ctx, output_max_size=3)) == 7
     assert errno_of_call(context.Compute, nn.ComputeRequest(resource_handle=77)) == 1
     assert errno_of_call(context.GetOutput, nn.GetOutputRequest(resource_handle=77, index=0)) == 1
     # path-bearing keys are refused from remote clients; context full is 101 with the output kept
@@ -225,12 +239,72 @@ def test_raw_wasmedge_client(server: NNServer) -> None:
     channel.close()
 
 
-def test_stream_stdout_never_prints_on_the_server(
+def test_stream_stdout_is_printed_by_the_client_not_the_server(
     remote: WasiNN, tmp_path: pathlib.Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
+    """WasmEdge's basic example prints only a newline and relies on stream-stdout: the client, the
+    guest's host, prints the pieces; the server (in this process too) never does, so they appear once."""
     code, out, _ = run_guest(remote, tmp_path, "complete", ["succ", "u"], env={"stream_stdout": "true"})
     assert (code, out) == (0, "vwxyz</s>\n")
-    assert capfd.readouterr().out == ""
+    assert capfd.readouterr().out == "vwxyz</s>"
+    code, out, _ = run_guest(remote, tmp_path, "complete", ["succ", "u"])
+    assert (code, out, capfd.readouterr().out) == (0, "vwxyz</s>\n", "")
+
+
+def test_pieces_stream_as_they_are_generated(remote: WasiNN) -> None:
+    """Compute with stream-stdout gets one piece per token through ComputePieces, then the output."""
+    with remote.session("succ", {"n-predict": 5}) as session:
+        context = session._context
+        context.set_prompt(b"abc")
+        pieces: list[bytes] = []
+        context.generate(pieces.append)
+        assert pieces == [b"d", b"e", b"f", b"g", b"h"]
+        assert session.metadata["output_tokens"] == 5 and bytes(context.output) == b"defgh"
+
+
+def test_stream_stdout_from_a_server_without_compute_pieces(
+    registry: ModelRegistry, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """WasmEdge's server (no ComputePieces): the client prints the whole output after compute."""
+
+    def unimplemented(self: NNService, request: Any, context: Any) -> Any:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+
+    monkeypatch.setattr(NNService, "ComputePieces", unimplemented)
+    srv = serve(registry, tmp_path / "nn.sock")
+    client = WasiNN(rpc=f"unix:{srv.address.unix_path}")
+    try:
+        code, out, _ = run_guest(client, tmp_path, "complete", ["succ", "u"], env={"stream_stdout": "true"})
+        assert (code, out, capfd.readouterr().out) == (0, "vwxyz</s>\n", "vwxyz</s>")
+    finally:
+        client.close()
+        srv.stop(1)
+
+
+def test_stream_stdout_through_the_commands(tmp_path: pathlib.Path, successor_path: pathlib.Path) -> None:
+    """`wasinn serve` + `wasinn run --nn-rpc-uri` print what an in-process run prints."""
+    sock = tmp_path / "ss.sock"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wasinn_host.cli", "serve", "--nn-rpc-uri", f"unix:{sock}"]
+        + ["--nn-preload", f"succ:GGML:AUTO:{successor_path}"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None and "serving" in proc.stderr.readline()
+        outputs = []
+        for where in (["--nn-rpc-uri", f"unix:{sock}"], ["--nn-preload", f"succ:GGML:AUTO:{successor_path}"]):
+            run = subprocess.run(
+                [sys.executable, "-m", "wasinn_host.cli", "run", *where, "--env", "stream_stdout=1"]
+                + [str(GUESTS / "complete.wasm"), "succ", "w"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            outputs.append((run.returncode, run.stdout))
+        assert outputs == [(0, "xyz</s>xyz</s>\n")] * 2  # the streamed pieces, then the guest's own print
+    finally:
+        proc.kill()
 
 
 def test_sessions_cannot_see_each_other(server: NNServer) -> None:
@@ -314,7 +388,8 @@ def test_messages_over_4_mib(registry: ModelRegistry, tmp_path: pathlib.Path) ->
             client.backend.load_bytes(b"\x00" * (7 << 20), nn_config())
         assert info.value.kind is ErrorKind.TOO_LARGE
         with pytest.raises(WasiNNError) as info:  # over every limit: gRPC refuses the message, errno 5
-            client.backend.load_bytes(b"\x00" * (9 << 20), nn_config())
+            too_big = (8 << 20) + INLINE_IMAGE_ROOM + (1 << 20)  # a prompt's text and inline images
+            client.backend.load_bytes(b"\x00" * too_big, nn_config())
         assert info.value.kind is ErrorKind.RUNTIME_ERROR and "RESOURCE_EXHAUSTED" in info.value.message
     finally:
         client.close()
@@ -449,6 +524,44 @@ def test_killed_server_mid_stream(tmp_path: pathlib.Path, successor_path: pathli
         proc.kill()
         if client is not None:
             client.close()
+
+
+def test_killed_backend_does_not_hang_instances(tmp_path: pathlib.Path, successor_path: pathlib.Path) -> None:
+    """Two backends, `--instances 2` over both, one backend killed mid-generation: its guest gets errno 5,
+    the other finishes, and `wasinn run` exits (it used to wait for ever on the failed guest's output pipe)."""
+    servers = []
+    for index in range(2):
+        server = subprocess.Popen(
+            [sys.executable, "-m", "wasinn_host.cli", "serve", "--nn-rpc-uri", f"unix:{tmp_path / f'b{index}.sock'}"]
+            + ["--nn-preload", f"succ:GGML:AUTO:{successor_path}"],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        servers.append(server)
+    try:
+        for server in servers:
+            assert server.stderr is not None and "serving" in server.stderr.readline()
+        uris = [arg for index in range(2) for arg in ("--nn-rpc-uri", f"unix:{tmp_path / f'b{index}.sock'}")]
+        run = subprocess.Popen(
+            [sys.executable, "-m", "wasinn_host.cli", "run", *uris, "--instances", "2"]
+            + ["--env", "stream_stdout=1", "--env", "n_predict=300", "--env", "ctx_size=1024"]
+            + [str(GUESTS / "complete.wasm"), "succ", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert run.stdout is not None
+        assert len(run.stdout.read(20)) == 20  # both guests are generating (the pieces stream as they come)
+        servers[0].kill()
+        started = time.monotonic()
+        out, err = run.communicate(timeout=120)
+        assert time.monotonic() - started < 60
+        assert run.returncode == 1, err
+        lines = err.decode().splitlines()
+        assert "wasi-nn error: compute returned 5" in lines
+        assert successor_text("0", 300) + "\n" in out.decode()  # the other guest's whole answer
+    finally:
+        for server in servers:
+            server.kill()
 
 
 def make_certificate(directory: pathlib.Path) -> tuple[bytes, bytes]:

@@ -14,6 +14,7 @@ import concurrent.futures
 import ctypes
 import pathlib
 import subprocess
+import sys
 from collections.abc import Iterator
 
 import llama_cpp
@@ -209,6 +210,57 @@ def test_wasmedge_vision_guest_answers_a_prompt_argument(
         registry.close()
     missing = wasinn_cli(f"--nn-preload=m:GGML:AUTO:{text}", f"guest_examples/{kind}.wasm", "m", "hi")
     assert (missing.returncode, missing.stderr.strip()) == (1, "Failed to get mmproj model.")
+
+
+def test_wasmedge_command_line_names_the_projector_through_the_guests_directory(tmp_path: pathlib.Path) -> None:
+    """WasmEdge's own command line, unchanged: the projector is the guest's ``mmproj`` file inside its
+    preopened directory (no --nn-mmproj); files outside every preopened directory stay refused."""
+    text, projector = write_vision_model(tmp_path, kind="qwen2vl")
+    (tmp_path / "red.png").write_bytes(RED)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "escape.gguf").symlink_to(projector)  # a link out of the preopened sub/
+    guest = str(pathlib.Path(__file__).resolve().parents[1] / "guest_examples" / "qwen2vl.wasm")
+    prompt = "ab <image> cd"
+
+    def wasmedge_style(*options: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "wasinn_host", "run", *options, "--env", "image=red.png"]
+            + ["--env", "ctx_size=512", "--max-n-predict=8", "--nn-preload", f"default:GGML:AUTO:{text.name}"]
+            + [guest, "default", prompt],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=120,
+        )
+
+    registry = ModelRegistry([Preload("m", text, mmproj=projector)])
+    try:
+        expected, n_input = answer(WasiNN(registry=registry), f"ab {img_tag(RED)} cd", "m")
+        with WasiNN(registry=ModelRegistry([Preload("m", text)])).session(
+            "m", {**GREEDY, "mmproj": projector.name}, dirs=[(str(tmp_path), ".")]
+        ) as session:
+            assert session.complete(f"ab {img_tag(RED)} cd") == expected  # the embedding API the same way
+    finally:
+        registry.close()
+    result = wasmedge_style("--dir", ".:.", "--env", f"mmproj={projector.name}")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.endswith(
+        f"[INFO] Number of input tokens: {n_input}\n{expected.strip()}\n"
+        f"[INFO] Number of input tokens: {n_input}\n[INFO] Number of output tokens: 8\n"
+    ), result.stdout
+    for mmproj, dirs in (
+        (str(projector), ["--dir", "sub::/sub"]),  # a host path the guest was not given
+        ("../" + projector.name, ["--dir", f"{tmp_path / 'sub'}::."]),  # out through ..
+        ("/sub/escape.gguf", ["--dir", f"{tmp_path / 'sub'}::/sub"]),  # out through a link
+    ):
+        refused = wasmedge_style(*dirs, "--env", f"mmproj={mmproj}")
+        assert refused.returncode == 1, refused.stderr
+        assert f"config key 'mmproj': {mmproj!r} is not a file inside the guest's preopened directories" in (
+            refused.stderr
+        )
+    fixed = wasmedge_style("--dir", ".:.", "--env", "mmproj=red.png", f"--nn-mmproj=default:{projector}")
+    assert fixed.returncode == 1 and "is not the projector configured for 'default'" in fixed.stderr
 
 
 @pytest.mark.parametrize("kind", ["gemma3", "qwen2vl"])

@@ -33,13 +33,14 @@ from .core.errors import WasiNNError
 from .core.preload import Preload, PreloadError, parse_preload
 from .host import COMPONENT_HEADER, GuestError, RunOptions, WasiNN
 from .info_cli import add_info_parser, info_command
+from .model_cli import add_model_parser, model_command
 from .models import DEMO_MODEL_PATH
 from .observability.log_setup import configure_logging
-from .rpc.endpoint import ClientOptions
+from .prompt_cache_cli import add_prompt_cache_options, prompt_cache_from
 from .rpc.targets import TargetError
 from .runner import InstanceResult, run_instances
 from .serve_cli import add_serve_parser, serve_command
-from .wit.fast_calls import keep_list_heap
+from .sockets.cli_options import add_socket_options, socket_policy_from
 
 EXIT_TRAP = 134  # as wasmtime's CLI: 128 + SIGABRT
 
@@ -143,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
         "$XDG_CACHE_HOME/wasinn (default ~/.cache/wasinn)",
     )
     add_report_options(run)
+    add_prompt_cache_options(run)
     limits = add_limit_options(run)
     limits.add_argument(
         "--no-load-bytes",
@@ -166,10 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="deadline of each remote compute call (default: none); the server cancels the computation",
     )
+    add_socket_options(run)
     run.add_argument("module", metavar="MODULE.wasm", help="the guest module")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments passed to the guest")
     add_serve_parser(commands)
     add_info_parser(commands)
+    add_model_parser(commands)
     return parser
 
 
@@ -190,11 +194,14 @@ def run_command(ns: argparse.Namespace) -> int:
         preloads = with_projectors([parse_preload(spec) for spec in ns.nn_preload], ns.nn_mmproj)
         dirs = [parse_dir(spec) for spec in ns.dir]
         env = dict(parse_env(spec) for spec in ns.env)
+        sockets = socket_policy_from(ns)
     except (PreloadError, ValueError) as exc:
         return fail(str(exc))
     rpc_options = None
     try:
         if ns.nn_rpc_uri:
+            from .rpc.endpoint import ClientOptions  # gRPC only for runs that use it
+
             warn_server_limits(ns)
             tls_ca = read_pem(ns.tls_ca, "--tls-ca")
             rpc_options = ClientOptions(ns.nn_rpc_token, tls_ca, compute_timeout=ns.rpc_compute_timeout)
@@ -211,12 +218,16 @@ def run_command(ns: argparse.Namespace) -> int:
             rpc=ns.nn_rpc_uri,
             rpc_options=rpc_options,
             compile_cache=not ns.no_cache,
+            sockets=sockets,
+            prompt_cache=prompt_cache_from(ns),
         )
     except (TargetError, WasiNNError, OSError) as exc:
         return fail(str(exc))
     if nn.local is not None:
         signal.signal(signal.SIGHUP, lambda *_: reload_models(nn))
     if _is_component(ns.module):
+        from .wit.fast_calls import keep_list_heap  # the component front end, for components only
+
         keep_list_heap()  # byte lists cross wasmtime's C API about 2.5x faster (README: Byte lists)
     try:
         if ns.metrics_port:
@@ -231,7 +242,7 @@ def run_command(ns: argparse.Namespace) -> int:
     if ns.status:
         print(json.dumps(nn.status()), file=sys.stderr)
     nn.close()
-    return _exit_code(results, ns.timeout)
+    return _exit_code(results)
 
 
 def _is_component(path: str) -> bool:
@@ -252,16 +263,13 @@ def reload_models(nn: WasiNN) -> None:
             logging.getLogger("wasinn_host").error("reload of %s failed: %s", name, exc.message)
 
 
-def _exit_code(results: list[InstanceResult], timeout: float | None) -> int:
+def _exit_code(results: list[InstanceResult]) -> int:
     """The first non-zero exit code among the instances, else 0; trap messages on stderr."""
     codes = []
     for index, result in enumerate(results):
         prefix = f"instance {index}: " if len(results) > 1 else ""
         if result.error is not None:
-            message = result.error
-            if timeout and "interrupt" in message:
-                message = f"the guest was stopped by --timeout {timeout:g}s"
-            print(f"wasinn: error: {prefix}{message}", file=sys.stderr)
+            print(f"wasinn: error: {prefix}{result.error}", file=sys.stderr)
             codes.append(EXIT_TRAP if "trapped" in result.error else EXIT_USAGE)
         else:
             codes.append(result.code or 0)
@@ -278,6 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if ns.command == "info":
             return info_command(ns)
+        if ns.command == "model":
+            return model_command(ns)
         return serve_command(ns) if ns.command == "serve" else run_command(ns)
     except KeyboardInterrupt:
         print("wasinn: interrupted", file=sys.stderr)

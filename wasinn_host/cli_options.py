@@ -124,7 +124,7 @@ _LIMIT_HELP = {
     "max_queue": "requests waiting per model before new ones get Busy",
     "queue_timeout_ms": "ms a request may wait for a free sequence before Busy (0 = no limit)",
     "idle_timeout_ms": "ms after which an unused execution context is finalised (0 = never)",
-    "max_prompt_bytes": "bytes of one set_input",
+    "max_prompt_bytes": "bytes of one prompt's text (inline <img> images are counted apart, up to 20 MiB)",
     "max_output_bytes": "bytes of one output",
     "max_n_predict": "largest n-predict accepted",
     "max_load_bytes": "bytes of a model sent with load()",

@@ -18,9 +18,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Union
 
 import wasmtime
 import wasmtime.component
@@ -31,13 +32,17 @@ from .compile_cache import CompileCache
 from .core.errors import ErrorKind, WasiNNError
 from .core.limits import Limits
 from .core.preload import Preload
+from .core.prompt_cache import PromptCache
 from .core.registry import LoadedModel, ModelRegistry
 from .ephemeral.imports import WasiNNImports
+from .guest_stop import GuestStop
 from .observability.metrics import serve_metrics
-from .rpc.client import RemoteBackend
-from .rpc.endpoint import ClientOptions
 from .session import Session
-from .wit.imports import WitNNImports
+from .sockets import SOCKET_FUNCTIONS, SocketLayer, SocketPolicy
+
+if TYPE_CHECKING:  # imported when first used: a core module run needs neither gRPC nor the component front end
+    from .rpc.endpoint import ClientOptions
+    from .wit.imports import WitNNImports
 
 log = logging.getLogger("wasinn_host")
 
@@ -46,6 +51,8 @@ Guest = Union[wasmtime.Module, wasmtime.component.Component]
 COMPONENT_HEADER = b"\0asm\x0d\x00\x01\x00"
 """The first 8 bytes of a component (a core module's are ``\\0asm`` and version 1)."""
 RUN_INTERFACE = "wasi:cli/run@0.2.0"
+_COMPONENT_SESSION_KEYS = ("component_stores", "component_execution_contexts", "component_graphs", "component_tensors")
+"""The component front end's status keys (all 0 before it is first used)."""
 
 
 class GuestError(Exception):
@@ -64,8 +71,9 @@ class RunOptions:
     stderr: str | None = None
     """File paths for the guest's stdio; None inherits the host's."""
     program_name: str | None = None
-    deadline_ticks: int | None = None
-    """Epoch ticks before the guest traps (needs ``WasiNN(interruptible=True)``)."""
+    stop: GuestStop | None = None
+    """Traps the guest at its time limit or on an interrupt (needs ``WasiNN(interruptible=True)`` and
+    something advancing the engine's epoch, as :func:`wasinn_host.runner.run_instances` does)."""
     close_fds: tuple[int, ...] = ()
     """Host file descriptors to close when the guest ends (pipe ends given as /dev/fd/N)."""
 
@@ -82,7 +90,8 @@ class WasiNN:
     zero-length ``get_output`` buffer receive the whole output, as WasmEdge <= 0.16.3 did.
     ``rpc`` (one URI or several) serves the models from ``wasinn serve`` or WasmEdge's
     ``wasi_nn_rpcserver`` instead, with ``rpc_options`` (token, TLS roots, deadlines);
-    guests and sessions behave the same.
+    guests and sessions behave the same.  ``sockets`` says where guests using WasmEdge's socket
+    extension may listen and connect (default: listen on loopback only, no outbound connections).
     """
 
     def __init__(
@@ -99,30 +108,44 @@ class WasiNN:
         rpc: str | Sequence[str] | None = None,
         rpc_options: ClientOptions | None = None,
         compile_cache: bool | str | os.PathLike[str] = False,
+        sockets: SocketPolicy | None = None,
+        prompt_cache: str | os.PathLike[str] | PromptCache | None = None,
     ) -> None:
         self.limits = limits or (backend.limits if backend is not None else Limits())
         self.local: LocalBackend | None = None
         self.backend: Backend
         if rpc is not None:
+            from .rpc.client import RemoteBackend
+
             self.backend = RemoteBackend([rpc] if isinstance(rpc, str) else list(rpc), rpc_options)
             if preload:
                 log.warning("--nn-preload is ignored with --nn-rpc-uri: the server's preloads are used")
+            if prompt_cache is not None:
+                log.warning("--nn-prompt-cache is ignored with --nn-rpc-uri: the server keeps its own")
         else:
             if backend is None:
-                backend = LocalBackend(registry, self.limits)
-            elif limits is not None:
-                backend.limits = limits
+                backend = LocalBackend(registry, self.limits, prompt_cache)
+            else:
+                if limits is not None:
+                    backend.limits = limits
+                if prompt_cache is not None:
+                    backend.use_prompt_cache(prompt_cache)
             self.backend = self.local = backend
             for spec in preload:
                 backend.registry.add_preload(spec)
-        self.imports = WasiNNImports(self.backend, self.limits, allowed_models, legacy_output)
-        self.wit_imports = WitNNImports(self.backend, self.limits, allowed_models, self.imports.contexts_alive)
+        self._allowed = tuple(allowed_models) if allowed_models is not None else None
+        self.imports = WasiNNImports(self.backend, self.limits, self._allowed, legacy_output)
+        self._wit: WitNNImports | None = None
+        self._wit_lock = threading.Lock()
+        self._early_stores: weakref.WeakKeyDictionary[wasmtime.Store, tuple[Any, Any]] = weakref.WeakKeyDictionary()
+        """Stores attached before the component front end was built: it attaches them when it is."""
         self.interruptible = interruptible
         if engine is None:
             config = wasmtime.Config()
             config.epoch_interruption = interruptible
             engine = wasmtime.Engine(config)
         self.engine = engine
+        self.sockets = SocketLayer(engine, sockets)
         self._component_linker: wasmtime.component.Linker | None = None
         self._linker_lock = threading.Lock()
         self.compile_cache: CompileCache | None = None
@@ -133,6 +156,19 @@ class WasiNN:
     def add_to_linker(self, linker: wasmtime.Linker) -> None:
         """Define the 12 ``wasi_ephemeral_nn`` imports on ``linker`` (usable with many Stores)."""
         self.imports.add_to_linker(linker)
+
+    @property
+    def wit_imports(self) -> WitNNImports:
+        """The component front end (wasi:nn WIT and Hayride's interfaces), imported and built on first use."""
+        with self._wit_lock:
+            if self._wit is None:
+                from .wit.imports import WitNNImports
+
+                self._wit = WitNNImports(self.backend, self.limits, self._allowed, self.imports.contexts_alive)
+                for store, (allowed, dirs) in list(self._early_stores.items()):
+                    self._wit.attach(store, allowed, dirs)
+                self._early_stores.clear()
+            return self._wit
 
     def add_to_component_linker(self, linker: wasmtime.component.Linker) -> None:
         """Define ``wasi:nn@0.2.0-rc-2024-10-28`` (graph, tensor, inference, errors) and Hayride's streaming
@@ -149,13 +185,26 @@ class WasiNN:
         ``allowed_models`` limits which preloaded names this Store may load; ``dirs`` are the (host,
         guest) directories preopened for it, the only places its ``image`` config key may name.
         """
-        self.imports.attach(store, allowed_models, dirs)
-        self.wit_imports.attach(store, allowed_models, dirs)
+        allowed = tuple(allowed_models) if allowed_models is not None else None
+        self.imports.attach(store, allowed, dirs)
+        with self._wit_lock:
+            if self._wit is None:
+                self._early_stores[store] = (allowed, dirs)
+                wit = None
+            else:
+                wit = self._wit
+        if wit is not None:
+            wit.attach(store, allowed, dirs)
+        self.sockets.attach(store)
 
     def detach(self, store: wasmtime.Store) -> None:
         """Free ``store``'s graphs, execution contexts and tensors now."""
         self.imports.detach(store)
-        self.wit_imports.detach(store)
+        with self._wit_lock:
+            self._early_stores.pop(store, None)
+        if self._wit is not None:
+            self._wit.detach(store)
+        self.sockets.detach(store)
 
     def session(
         self, name: str, config: Mapping[str, Any] | str | bytes | None = None, dirs: Sequence[tuple[str, str]] = ()
@@ -185,7 +234,8 @@ class WasiNN:
     def status(self) -> dict[str, Any]:
         """Queue, memory, sessions, performance and model information (JSON-ready)."""
         status = self.backend.status()
-        status["sessions"] = {**self.imports.sessions_status(), **self.wit_imports.sessions_status()}
+        wit = self._wit.sessions_status() if self._wit is not None else dict.fromkeys(_COMPONENT_SESSION_KEYS, 0)
+        status["sessions"] = {**self.imports.sessions_status(), **wit}
         return status
 
     get_backend_status = status
@@ -239,10 +289,15 @@ class WasiNN:
         options = options or RunOptions()
         compiled = self.load_guest(module)
         store = wasmtime.Store(self.engine)
+        stop_hook: tuple[Any, ...] = ()
         if self.interruptible:
-            store.set_epoch_deadline(options.deadline_ticks or 2**62)
+            if options.stop is not None:
+                stop_hook = options.stop.install(store)
+            else:
+                store.set_epoch_deadline(2**62)
         store.set_wasi(_wasi_config(module, args, options))
         self.attach(store, dirs=options.dirs)
+        trap = None
         try:
             if isinstance(compiled, wasmtime.component.Component):
                 return self._run_component(store, compiled)
@@ -250,18 +305,21 @@ class WasiNN:
         except wasmtime.ExitTrap as exit_trap:
             return exit_trap.code
         except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
-            raise GuestError(f"the guest trapped: {_first_line(exc)}") from None
+            trap = _first_line(exc)
         finally:
             self.detach(store)
-            del store
+            store.close()  # now, not when a traceback lets go of it: the guest's files (pipes) close here
+            del stop_hook
             for fd in options.close_fds:
                 os.close(fd)
+        raise GuestError(f"the guest trapped: {trap}")
 
     def _run_module(self, store: wasmtime.Store, module: wasmtime.Module) -> int:
         """Run a command module: WASI preview 1 and ``wasi_ephemeral_nn``, then ``_start``."""
         linker = wasmtime.Linker(self.engine)
         linker.define_wasi()
         self.add_to_linker(linker)
+        self.sockets.link(linker, module)  # WasmEdge's sockets and wasi:logging, for modules importing them
         check_imports(linker, store, module)
         try:
             instance = linker.instantiate(store, module)
@@ -298,7 +356,9 @@ class WasiNN:
         for state in self.imports.states():
             for context in list(state.contexts.values()):
                 context.cancel()
-        self.wit_imports.cancel_all()
+        if self._wit is not None:
+            self._wit.cancel_all()
+        self.sockets.cancel_all()
 
 
 def _wasi_config(module: ModuleSource, args: Sequence[str], options: RunOptions) -> wasmtime.WasiConfig:
@@ -334,24 +394,6 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-WASMEDGE_SOCKETS = frozenset(
-    {
-        "sock_open",
-        "sock_bind",
-        "sock_listen",
-        "sock_connect",
-        "sock_getlocaladdr",
-        "sock_getpeeraddr",
-        "sock_setsockopt",
-        "sock_getsockopt",
-        "sock_getaddrinfo",
-        "sock_recv_from",
-        "sock_send_to",
-    }
-)
-"""WasmEdge's socket extension of ``wasi_snapshot_preview1`` (plus ``sock_accept`` with two parameters)."""
-
-
 def check_imports(linker: wasmtime.Linker, store: wasmtime.Store, module: wasmtime.Module) -> None:
     """Raise one :class:`GuestError` naming every import ``linker`` cannot satisfy, not just the first;
     WasmEdge's socket extension is called by its name."""
@@ -366,17 +408,17 @@ def check_imports(linker: wasmtime.Linker, store: wasmtime.Store, module: wasmti
         else:
             if not _same_signature(defined, imp.type, store):
                 missing.append(f"{imp.module}::{name} (defined with another signature)")
-                sockets |= name == "sock_accept"
+                sockets |= name.startswith("sock_")
             continue
-        sockets |= imp.module == "wasi_snapshot_preview1" and name in WASMEDGE_SOCKETS
+        sockets |= imp.module == "wasi_snapshot_preview1" and name.startswith("sock_")
     if not missing:
         return
     message = f"{len(missing)} unresolved import{'s' if len(missing) > 1 else ''}: {', '.join(missing)}"
     if sockets:
         message += (
-            "; the sock_* ones are WasmEdge's socket extension, which wasmtime does not provide: this guest "
-            "is a network server or client built for WasmEdge (such as LlamaEdge's llama-api-server) and "
-            "cannot run here; use a command-line guest (llama-chat, llama-simple) instead"
+            "; the sock_* ones belong to WasmEdge's socket extension, of which wasinn provides "
+            f"{', '.join(sorted(SOCKET_FUNCTIONS))} in WasmEdge's V1 and V2 signatures (README: Sockets); "
+            "this guest asks for a function or signature beyond those"
         )
     raise GuestError(message)
 

@@ -1,31 +1,35 @@
 """Running guests for ``wasinn run``: N instances, whole output lines, deadlines, Ctrl-C.
 
 Guests run in threads (one Store each) while the main thread waits, so Ctrl-C and
-``--timeout`` act at once: the engine's epoch is advanced past every deadline (a guest
-running wasm traps at its next check) and in-flight inference is cancelled (a guest
-waiting in ``compute`` gets a runtime error, then traps).  With several instances each one's
-stdout and stderr go through a pipe and are copied to the terminal a whole line at a time.
+``--timeout`` act at once: every Store checks the run's :class:`~wasinn_host.guest_stop.GuestStop`
+as the engine's epoch advances (a guest running wasm traps at its next check, within about
+50 ms) and in-flight inference is cancelled (a guest waiting in ``compute`` gets a runtime
+error, then traps).  With several instances each one's stdout and stderr go through a pipe and
+are copied to the terminal a whole line at a time; the copying ends when the instance does,
+even if something still holds the pipe open.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import sys
 import threading
-import time
 from dataclasses import dataclass, replace
 from typing import BinaryIO, Sequence
 
 import wasmtime
 
+from .guest_stop import GuestStop
 from .host import GuestError, ModuleSource, RunOptions, WasiNN
 
 TICK_SECONDS = 0.01
-NO_DEADLINE = 2**62
+FINISH_POLL_SECONDS = 0.05
+"""How often an idle output copier looks whether its instance has ended."""
 
 
 class EpochTicker:
-    """Advances an engine's epoch every :data:`TICK_SECONDS` so Store deadlines are in time units."""
+    """Advances an engine's epoch every :data:`TICK_SECONDS`, so Stores check their stop in time."""
 
     def __init__(self, engine: wasmtime.Engine) -> None:
         self._engine = engine
@@ -37,19 +41,9 @@ class EpochTicker:
         while not self._stop.wait(TICK_SECONDS):
             self._engine.increment_epoch()
 
-    def interrupt_all(self) -> None:
-        """Put every Store past its deadline (used for Ctrl-C)."""
-        for _ in range(4):
-            self._engine.increment_epoch()
-
     def stop(self) -> None:
         """Stop ticking."""
         self._stop.set()
-
-
-def deadline_ticks(timeout: float | None) -> int:
-    """Epoch ticks for a timeout in seconds (``None``: effectively never)."""
-    return NO_DEADLINE if not timeout else max(1, int(timeout / TICK_SECONDS))
 
 
 class LineForwarder:
@@ -59,13 +53,21 @@ class LineForwarder:
         self._source = source
         self._sink = sink
         self._lock = lock
+        self._finished = threading.Event()
         self._thread = threading.Thread(target=self._copy, daemon=True)
         self._thread.start()
 
     def _copy(self) -> None:
         with os.fdopen(self._source, "rb", buffering=0) as pipe:
             pending = b""
-            while chunk := pipe.read(65536):
+            while True:
+                if not select.select([pipe], [], [], FINISH_POLL_SECONDS)[0]:
+                    if self._finished.is_set():
+                        break  # the writer has ended and everything it wrote has been read
+                    continue
+                chunk = pipe.read(65536)
+                if not chunk:
+                    break
                 pending += chunk
                 cut = pending.rfind(b"\n") + 1
                 if cut:
@@ -79,8 +81,12 @@ class LineForwarder:
             self._sink.write(data)
             self._sink.flush()
 
+    def finish(self) -> None:
+        """The writer has ended: copy what is left and stop, even if the pipe is still open elsewhere."""
+        self._finished.set()
+
     def join(self) -> None:
-        """Wait until the pipe is closed and copied."""
+        """Wait until everything written has been copied."""
         self._thread.join()
 
 
@@ -111,10 +117,12 @@ def run_instances(
     instances: int = 1,
     timeout: float | None = None,
 ) -> list[InstanceResult]:
-    """Run ``instances`` copies of the module at once and wait; Ctrl-C interrupts all of them."""
+    """Run ``instances`` copies of the module at once and wait; ``timeout`` seconds stop them (a trap
+    each), and Ctrl-C interrupts all of them (KeyboardInterrupt is raised once they have stopped)."""
     compiled = nn.load_guest(module)
+    stop = GuestStop(timeout)
     ticker = EpochTicker(nn.engine) if nn.interruptible else None
-    options = replace(options, deadline_ticks=deadline_ticks(timeout))
+    options = replace(options, stop=stop)
     lock = threading.Lock()
     forwarders: list[LineForwarder] = []
     results = [InstanceResult() for _ in range(instances)]
@@ -139,25 +147,30 @@ def run_instances(
             daemon=True,
         )
         threads.append(thread)
-    started = time.monotonic()
+    timed_out: list[int] = []
     try:
         for thread in threads:
             thread.start()
         for thread in threads:
             while thread.is_alive():
                 thread.join(0.05)
-                if timeout and time.monotonic() - started > timeout + 1.0:
-                    nn.cancel_all()  # a guest blocked in inference past its deadline
+                if stop.expired and not timed_out:
+                    timed_out = [i for i, t in enumerate(threads) if t.is_alive()]
+                    nn.cancel_all()  # guests blocked in inference past their deadline
     except KeyboardInterrupt:
+        stop.interrupt()
         nn.cancel_all()
-        if ticker:
-            ticker.interrupt_all()
         for thread in threads:
             thread.join(5.0)
         raise
     finally:
         for forwarder in forwarders:
+            forwarder.finish()
+        for forwarder in forwarders:
             forwarder.join()
         if ticker:
             ticker.stop()
+    for index in timed_out:  # stopped by the time limit, however the guest ended once its compute failed
+        if results[index].error is None:
+            results[index] = InstanceResult(error=f"the guest trapped: {stop.reason()}")
     return results

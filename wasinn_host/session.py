@@ -16,7 +16,7 @@ from .backend.protocol import Backend
 from .core.config import EMPTY_CONFIG, ParsedConfig, parse_config
 from .core.errors import ErrorKind, WasiNNError
 from .core.generation import StopReason
-from .ephemeral.guest_files import give_image_reader
+from .ephemeral.guest_files import give_image_reader, with_guest_projector
 
 
 def _parsed(config: Mapping[str, Any] | str | bytes | None) -> ParsedConfig:
@@ -42,7 +42,10 @@ class Session:
         config: Mapping[str, Any] | str | bytes | None = None,
         dirs: Sequence[tuple[str, str]] = (),
     ) -> None:
-        self._graph = backend.load_by_name(name, _parsed(config))
+        parsed = _parsed(config)
+        self._n_predict: int = parsed.stopping.get("n_predict", -1)
+        """The session's ``n-predict`` (-1: none), which bounds :meth:`stream` as it bounds :meth:`complete`."""
+        self._graph = backend.load_by_name(name, with_guest_projector(parsed, dirs))
         try:
             self._context = self._graph.open_context()
         except BaseException:
@@ -54,7 +57,9 @@ class Session:
 
     def configure(self, config: Mapping[str, Any] | str | bytes) -> None:
         """Change this session's sampling and stop rules (per-context keys)."""
-        self._context.configure(_parsed(config))
+        parsed = _parsed(config)
+        self._context.configure(parsed)
+        self._n_predict = parsed.stopping.get("n_predict", self._n_predict)
 
     def complete(self, prompt: str | bytes) -> str:
         """Generate the whole answer (the end-of-generation piece included, as guests see it)."""
@@ -63,18 +68,23 @@ class Session:
         return self._context.output.decode("utf-8", "replace")
 
     def stream(self, prompt: str | bytes, max_tokens: int | None = None) -> Iterator[bytes]:
-        """Yield each generated token's bytes (a piece may end inside a UTF-8 character)."""
+        """Yield the generated text as it comes, in whole UTF-8 characters (a token that ends inside a
+        character adds its bytes to the next piece), from at most the session's ``n-predict`` and
+        ``max_tokens`` tokens."""
         self._context.set_prompt(prompt.encode() if isinstance(prompt, str) else prompt)
+        limits = [n for n in (max_tokens, self._n_predict if self._n_predict >= 0 else None) if n is not None]
+        limit = min(limits) if limits else None
         produced = 0
         try:
-            while max_tokens is None or produced < max_tokens:
+            while limit is None or produced < limit:
                 result = self._context.stream_step()
                 if result.stop_reason is StopReason.EOS:
                     return
                 if result.stop_reason is StopReason.CONTEXT_FULL:
                     raise WasiNNError(ErrorKind.CONTEXT_FULL, "the context is full (ctx-size reached)")
                 produced += 1
-                yield self._context.last_piece
+                if self._context.last_piece:  # empty while a UTF-8 character is incomplete
+                    yield self._context.last_piece
         finally:
             self._context.end_stream()
 

@@ -12,7 +12,7 @@ three protocols over gRPC, so a guest cannot tell where its model runs.  Every m
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from ..core.config import ParsedConfig
 from ..core.generation import GenerationResult
@@ -44,8 +44,9 @@ class BackendContext(Protocol):
     def set_prompt(self, data: bytes) -> None:
         """Set the prompt (text, or JSON messages with ``chat-template``)."""
 
-    def generate(self) -> GenerationResult:
-        """Generate the whole answer; its stop reason says why it ended."""
+    def generate(self, on_piece: Callable[[bytes], None] | None = None) -> GenerationResult:
+        """Generate the whole answer; its stop reason says why it ended.  ``on_piece`` receives each
+        token's bytes as it comes (else the context's ``stream-stdout`` prints them on stdout)."""
 
     def stream_step(self) -> GenerationResult:
         """Generate one token; the stop reason is ``TOKEN`` while the stream goes on."""

@@ -14,10 +14,10 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from ..observability.log_setup import apply_logging_keys
-from .chat_prompt import render_chat_prompt
 from .config import MODEL_KEY_NAMES, ParsedConfig, as_json
 from .embedding import normalize
 from .engine import ContextState, print_piece
@@ -27,6 +27,7 @@ from .images import place_image, split_inline_images
 from .limits import Limits
 from .params import ContextParams, ModelParams
 from .registry import LoadedModel, ModelRegistry
+from .utf8_pieces import PieceJoiner
 
 log = logging.getLogger("wasinn_host")
 
@@ -90,6 +91,8 @@ class InferenceContext:
         self.output = bytearray()
         self.output_tokens: list[int] = []
         self.last_piece = b""
+        """The last token's piece; in a stream, the bytes that step completes (whole UTF-8 characters)."""
+        self._joiner = PieceJoiner()
         self.embedding: list[float] | None = None
         self.streaming = False
         self.closed = False
@@ -120,7 +123,7 @@ class InferenceContext:
         changed = [
             f"{MODEL_KEY_NAMES[k]}={as_json(v)} (loaded with {_loaded_value(self.model, k)})"
             for k, v in config.model.items()
-            if _effective(self.model, k) != v
+            if _effective(self.model, k) != v and not _same_projector(k, v, self.model)
         ]
         if changed:
             log.warning(
@@ -138,6 +141,8 @@ class InferenceContext:
         """
         self.streaming = False
         if self.params.options.chat_template is not False:
+            from .chat_prompt import render_chat_prompt  # Jinja, for the contexts that ask for templating
+
             data = render_chat_prompt(self.model.weights, self.params.options.chat_template, data)
         vision = getattr(self.model.weights, "vision", None)
         image_key = self.params.options.image
@@ -178,11 +183,13 @@ class InferenceContext:
 
     # -- generation ----------------------------------------------------------------
 
-    def generate(self) -> GenerationResult:
+    def generate(self, on_piece: Callable[[bytes], None] | None = None) -> GenerationResult:
         """The whole answer (or the embedding, for an embedding model).
 
         A failure raises, with the output produced so far kept; a stop (end of generation,
         ``n-predict``, a stop string, a full context ...) is the result's ``stop_reason``.
+        ``on_piece`` receives each token's bytes as it is generated (else ``stream-stdout``
+        prints them on the host's stdout).
         """
         tokens = self._checked_prompt()
         self.streaming = False
@@ -195,7 +202,7 @@ class InferenceContext:
             self._request(
                 tokens,
                 limit=min(limit, self.limits.max_n_predict),
-                on_piece=print_piece if stop.stream_stdout else None,
+                on_piece=on_piece or (print_piece if stop.stream_stdout else None),
             )
         )
 
@@ -212,6 +219,8 @@ class InferenceContext:
     def stream_step(self) -> GenerationResult:
         """Generate one token (the first step starts a stream and clears the output).
 
+        ``last_piece`` is then what the step adds to the stream in whole UTF-8 characters: a token that
+        ends inside a character gives the bytes before it, the token completing it the whole character.
         The stream ends by itself when the step's stop reason is not ``TOKEN`` (end of
         generation or a full context).
         """
@@ -226,7 +235,9 @@ class InferenceContext:
         except WasiNNError:
             self.streaming = False
             raise
-        if result.stop_reason is not StopReason.TOKEN:
+        ended = result.stop_reason is not StopReason.TOKEN
+        self.last_piece = self._joiner.push(self.last_piece if result.generated else b"", last=ended)
+        if ended:
             self.streaming = False
         return result
 
@@ -244,6 +255,7 @@ class InferenceContext:
             sampling=self.params.sampling,
             stopping=self.params.stopping,
             cache_prompt=options.cache_prompt,
+            cache_name=options.path_prompt_cache,
             priority=options.priority,
             queue_timeout_ms=queue_timeout,
             max_queue=self.limits.max_queue,
@@ -275,6 +287,7 @@ class InferenceContext:
         self.output = bytearray()
         self.output_tokens = []
         self.last_piece = b""
+        self._joiner.clear()
         self.embedding = None
         self.revision += 1
 
@@ -339,6 +352,12 @@ def _effective(model: LoadedModel, field: str) -> Any:
     if field == "n_gpu_layers" and value is None:
         return getattr(model.weights, "n_gpu_layers", 0)
     return value
+
+
+def _same_projector(field: str, value: Any, model: LoadedModel) -> bool:
+    """A guest's ``mmproj`` naming the loaded projector by its file name (WasmEdge's examples repeat the
+    load config in the context's metadata): not a change."""
+    return field == "mmproj" and bool(value) and Path(str(value)).name == Path(model.params.mmproj).name
 
 
 def _loaded_value(model: LoadedModel, field: str) -> str:

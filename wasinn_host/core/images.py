@@ -75,6 +75,13 @@ def split_inline_images(prompt: bytes, marker: bytes) -> tuple[bytes, list[bytes
     return IMG_TAG.sub(take, prompt), images
 
 
+def inline_image_bytes(prompt: bytes) -> int:
+    """Bytes of ``prompt`` taken by inline ``<img src="data:...">`` tags (counted against the image limit)."""
+    if b"<img" not in prompt:
+        return 0
+    return sum(match.end() - match.start() for match in IMG_TAG.finditer(prompt))
+
+
 def place_image(text: bytes, images: list[bytes], image: bytes, marker: bytes) -> tuple[bytes, list[bytes]]:
     """Add ``image`` (the ``image`` key's) to a prompt whose ``images`` already have their markers: at the
     first model image marker (``<image>``) if the prompt has one, else before the text."""

@@ -11,6 +11,11 @@ import os
 from dataclasses import dataclass
 
 from .errors import ErrorKind, WasiNNError
+from .images import MAX_IMAGE_BYTES, inline_image_bytes
+
+INLINE_IMAGE_ROOM = 4 * -(-MAX_IMAGE_BYTES // 3) + 1024
+"""Bytes a prompt may hold beyond ``max_prompt_bytes`` in inline ``<img>`` tags: one image of
+``MAX_IMAGE_BYTES`` in base64 (or several smaller ones), with its tag."""
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,7 @@ class Limits:
     idle_timeout_ms: int = 300_000
     """An execution context unused this long is finalised and its sequence freed (0 = never)."""
     max_prompt_bytes: int = 1 << 20
+    """Bytes of one prompt's text; inline ``<img>`` images are counted apart (:data:`INLINE_IMAGE_ROOM`)."""
     max_output_bytes: int = 16 << 20
     max_n_predict: int = 1 << 20
     allow_load_bytes: bool = True
@@ -46,6 +52,21 @@ class Limits:
             f"{what}: limit {limit_name}={value} reached "
             f"(raise it with Limits({limit_name}=...) or `wasinn run {option}`)",
         )
+
+    def check_prompt_bytes(self, what: str, size: int, data: bytes | None = None) -> None:
+        """Refuse (too large) an input of ``size`` bytes whose text is over ``max_prompt_bytes``: inline
+        ``<img>`` images do not count, up to :data:`INLINE_IMAGE_ROOM` bytes of them (a 20 MiB image in
+        base64).  Without ``data`` (not read yet) only that upper bound is checked."""
+        if size <= self.max_prompt_bytes:
+            return
+        text = size - inline_image_bytes(data) if data is not None else size - INLINE_IMAGE_ROOM
+        if size > self.max_prompt_bytes + INLINE_IMAGE_ROOM or text > self.max_prompt_bytes:
+            raise self.refuse(
+                ErrorKind.TOO_LARGE,
+                f"{what} of {size} bytes (inline images not counted: {max(text, 0)})",
+                "max_prompt_bytes",
+                self.max_prompt_bytes,
+            )
 
     def check_context_room(self, what: str, in_store: int, in_process: int) -> None:
         """Refuse (busy) one more execution context beyond ``max_contexts_per_store`` (``in_store``

@@ -3,8 +3,8 @@
 It loads a model, creates a multi-sequence context, tokenizes, decodes batches, edits the
 KV cache per sequence and builds sampler chains; it knows nothing about guests or
 handles.  The other modules that touch ``llama_cpp`` do so for one narrow job each:
-``model_check.py`` (loading untrusted files in a child process), ``config.py`` (llama.cpp's
-JSON-schema-to-grammar converter) and ``chat_template.py`` (reading a GGUF's template).
+``llama_log.py`` (llama.cpp's log), ``model_check.py`` (loading untrusted files in a child process),
+``config.py`` (llama.cpp's JSON-schema-to-grammar converter) and ``chat_template.py`` (reading a GGUF's template).
 
 llama.cpp aborts the whole process on some misuse (a batch larger than ``n_batch``,
 non-consecutive positions), so callers (``engine.py``) keep those invariants.
@@ -18,24 +18,21 @@ import logging
 import os
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Iterator
 
-import llama_cpp
-
 from . import devices
-from .chat_template import model_chat_template
 from .errors import ErrorKind, WasiNNError
 from .gguf_layout import read_layout
+from .grammar_sampling import GreedySampler
+from .llama_bindings import llama_cpp
+from .llama_log import CAPTURE_LOCK, capture_llama_log, init_backend, route_llama_log
 from .offload import ModelSizes, choose_gpu_layers, fit_gpu_layers
 from .params import ModelParams, SamplingParams
-from .registry import DEFAULT_SEQUENCES, MAX_DEFAULT_CTX
-from .runtime import KvLayout
+from .runtime import DEFAULT_SEQUENCES, MAX_DEFAULT_CTX, KvLayout
 from .vision import ImageSpan, Vision
 
 log = logging.getLogger("wasinn_host")
-llama_log = logging.getLogger("wasinn_host.llama")
 
 LLAMA_CPP_PYTHON_VERSION: str = llama_cpp.__version__
 # llama.cpp revision vendored by each supported llama-cpp-python release (its CHANGELOG), and that
@@ -58,50 +55,6 @@ def _linked_commit() -> str:
 LLAMA_COMMIT: str = _linked_commit()
 LLAMA_BUILD_NUMBER: int = _BUILD_NUMBERS.get(LLAMA_COMMIT[:7], 0)
 """The bNNNN tag of the linked commit, from the table above (libllama does not expose it); 0 if unknown."""
-
-# ggml_log_level: 1 debug, 2 info, 3 warn, 4 error, 5 continuation of the previous line
-_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR, 5: logging.DEBUG}
-_init_lock = threading.Lock()
-_initialised = False
-_capture_lock = threading.Lock()
-_captured: list[str] | None = None
-
-
-@llama_cpp.llama_log_callback
-def _route_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
-    """llama.cpp's own log lines go to the ``wasinn_host.llama`` logger (silent by default)."""
-    try:
-        message = text.decode("utf-8", "replace").rstrip("\n")
-        if _captured is not None and level >= 3:
-            _captured.append(message.strip())
-        if message:
-            llama_log.log(_LEVELS.get(level, logging.DEBUG), "%s", message)
-    except Exception:  # never raise into C
-        pass
-
-
-@contextlib.contextmanager
-def capture_llama_log() -> Iterator[list[str]]:
-    """Collect llama.cpp's warnings and errors during a call (to explain a failure in one line)."""
-    global _captured
-    with _capture_lock:
-        lines: list[str] = []
-        _captured = lines
-        try:
-            yield lines
-        finally:
-            _captured = None
-
-
-def init_backend() -> None:
-    """Initialise llama.cpp once per process and route its logging."""
-    global _initialised
-    with _init_lock:
-        if _initialised:
-            return
-        llama_cpp.llama_log_set(_route_llama_log, ctypes.c_void_p(0))
-        llama_cpp.llama_backend_init()
-        _initialised = True
 
 
 def default_threads() -> int:
@@ -179,7 +132,7 @@ class LlamaModel:
                 with capture_llama_log():
                     threads = params.threads if params.threads > 0 else default_threads()
                     on_gpu = self.n_gpu_layers != 0 and devices.can_offload()  # the projector follows the model
-                    self.vision = Vision(Path(params.mmproj), model, threads, _route_llama_log, on_gpu)
+                    self.vision = Vision(Path(params.mmproj), model, threads, route_llama_log, on_gpu)
             except BaseException:
                 self.close()
                 raise
@@ -227,6 +180,8 @@ class LlamaModel:
 
     def chat_template(self) -> str | None:
         """The GGUF ``tokenizer.chat_template``, or None."""
+        from .chat_template import model_chat_template  # Jinja: imported when a template is asked for
+
         return model_chat_template(self.ptr)
 
     def check_sampling(self, params: SamplingParams) -> None:
@@ -338,6 +293,20 @@ class LlamaContext:
         """Drop the sequence's cells from position ``start`` on."""
         llama_cpp.llama_memory_seq_rm(self.memory, seq_id, start, -1)
 
+    def state_get(self, seq_id: int) -> memoryview:
+        """The KV state of one sequence (``llama_state_seq_get_data``)."""
+        size = llama_cpp.llama_state_seq_get_size(self.ptr, seq_id)
+        buf = (ctypes.c_ubyte * size)()
+        written = llama_cpp.llama_state_seq_get_data(self.ptr, buf, size, seq_id)
+        return memoryview(buf).cast("B")[:written]
+
+    def state_set(self, seq_id: int, data: memoryview) -> bool:
+        """Load a sequence's KV state (``llama_state_seq_set_data``, read in place from a writable
+        buffer); False if llama.cpp refuses it (another layout, no room)."""
+        size = len(data)
+        buf = (ctypes.c_ubyte * size).from_buffer(data)
+        return size > 0 and int(llama_cpp.llama_state_seq_set_data(self.ptr, buf, size, seq_id)) == size
+
     def can_shift(self) -> bool:
         """Whether this model's KV cache supports moving positions (context shift)."""
         return bool(llama_cpp.llama_memory_can_shift(self.memory))
@@ -378,30 +347,59 @@ class Sampler:
     grammar -> logit bias -> penalties -> DRY -> top-k -> typical -> top-p -> min-p -> XTC ->
     temperature (dynamic if ``dynatemp-range`` > 0) -> distribution; mirostat 1/2 replace the
     truncation samplers; ``temp <= 0`` ends the chain with greedy instead.
+
+    With ``temp <= 0`` a :class:`~.grammar_sampling.GreedySampler` makes the greedy choice (and keeps
+    a grammar out of the chain, testing it only on the tokens the choice needs, after llama.cpp's
+    ``common_sampler``): the same tokens, without a copy of every logit or a grammar pass over the
+    whole vocabulary per token.
     """
 
     def __init__(self, model: LlamaModel, params: SamplingParams, n_ctx_seq: int) -> None:
-        self.ptr = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        self.ptr: ctypes.c_void_p | None = None
+        """The chain (None with a :class:`GreedySampler`, which owns the stages then)."""
+        self.greedy: GreedySampler | None = None
+        stages = _sampler_stages(model, params, n_ctx_seq, with_grammar=not params.greedy)
+        if not params.greedy:
+            self.ptr = _chain(stages)
+            return
+        llama_cpp.llama_sampler_free(stages.pop())  # greedy: the GreedySampler chooses itself
         try:
-            for sampler in _sampler_stages(model, params, n_ctx_seq):
-                llama_cpp.llama_sampler_chain_add(self.ptr, sampler)
+            grammar = grammar_sampler(model, params.grammar) if params.grammar else None
         except BaseException:
-            self.close()
+            for sampler in stages:
+                llama_cpp.llama_sampler_free(sampler)
             raise
+        self.greedy = GreedySampler(_chain(stages) if stages else None, grammar, model.n_vocab)
 
     def sample(self, ctx: LlamaContext, batch_index: int) -> int:
         """Sample (and accept) a token from the logits at ``batch_index``."""
+        if self.greedy is not None:
+            return self.greedy.sample(ctx.ptr, batch_index)
         return int(llama_cpp.llama_sampler_sample(self.ptr, ctx.ptr, batch_index))
 
     def reset(self) -> None:
         """Forget the chain's history."""
-        llama_cpp.llama_sampler_reset(self.ptr)
+        if self.greedy is not None:
+            self.greedy.reset()
+        elif self.ptr:
+            llama_cpp.llama_sampler_reset(self.ptr)
 
     def close(self) -> None:
-        """Free the chain."""
+        """Free the chain (or the grammar sampler and the stages it owns)."""
+        if self.greedy is not None:
+            self.greedy.close()
+            self.greedy = None
         if self.ptr:
             llama_cpp.llama_sampler_free(self.ptr)
             self.ptr = None
+
+
+def _chain(stages: list[ctypes.c_void_p]) -> ctypes.c_void_p:
+    """A sampler chain owning ``stages``."""
+    chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+    for sampler in stages:
+        llama_cpp.llama_sampler_chain_add(chain, sampler)
+    return chain
 
 
 @contextlib.contextmanager
@@ -409,7 +407,7 @@ def capture_stderr() -> Iterator[list[str]]:
     """Collect what C code prints on file descriptor 2 during a call (llama.cpp's grammar
     parser reports the position of a syntax error there, not through its log)."""
     lines: list[str] = []
-    with _capture_lock, tempfile.TemporaryFile() as sink:
+    with CAPTURE_LOCK, tempfile.TemporaryFile() as sink:
         sys.stderr.flush()
         saved = os.dup(2)
         os.dup2(sink.fileno(), 2)
@@ -444,9 +442,11 @@ def check_sampling(model: LlamaModel, params: SamplingParams) -> None:
         llama_cpp.llama_sampler_free(grammar_sampler(model, params.grammar))
 
 
-def _sampler_stages(model: LlamaModel, p: SamplingParams, n_ctx_seq: int) -> list[ctypes.c_void_p]:
+def _sampler_stages(
+    model: LlamaModel, p: SamplingParams, n_ctx_seq: int, with_grammar: bool = True
+) -> list[ctypes.c_void_p]:
     stages = []
-    if p.grammar:
+    if p.grammar and with_grammar:
         stages.append(grammar_sampler(model, p.grammar))
     if p.logit_bias:
         biases = (llama_cpp.llama_logit_bias * len(p.logit_bias))()

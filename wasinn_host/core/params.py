@@ -39,8 +39,11 @@ class ModelParams:
     embedding: bool = False
     flash_attn: str = "auto"
     mmproj: str = ""
-    """The multimodal projector the host configured for the model's name ("" = text only); a guest's
-    ``mmproj`` key may only name that one (see ``registry.py``), never another host file."""
+    """The multimodal projector of the model's name ("" = text only): the one the host configured, or
+    a file the guest named inside its preopened directories (see ``registry.py``), never another host file."""
+    mmproj_from_guest: bool = False
+    """``mmproj`` is a host path the front end resolved through the guest's preopened directories (set
+    by the front end only: no config key reaches it)."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,9 @@ class PromptOptions:
     embd_normalize: int = 2
     image: str = ""
     """An image file for the next prompt, as the guest named it (its front end resolves and reads it)."""
+    path_prompt_cache: str = ""
+    """The entry of the host's prompt cache this context's prompts are saved under (a name inside the
+    cache directory, never a host path; "" = named by content; ignored without a cache)."""
 
 
 @dataclass(frozen=True)

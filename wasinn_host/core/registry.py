@@ -28,13 +28,11 @@ from .errors import ErrorKind, WasiNNError
 from .limits import physical_memory
 from .params import ModelParams
 from .preload import Preload, parse_preload
-from .runtime import Context, KvLayout, Model, Runtime
+from .prompt_cache import PromptCache, model_identity
+from .runtime import DEFAULT_SEQUENCES, MAX_DEFAULT_CTX, Context, KvLayout, Model, Runtime
 
 log = logging.getLogger("wasinn_host")
 
-MAX_DEFAULT_CTX = 4096
-DEFAULT_SEQUENCES = 4
-"""Without ``n-parallel``, a model starts with this many sequences and grows with demand."""
 MAX_SEQUENCES = 256
 """llama.cpp's limit on sequence ids (``llama_max_parallel_sequences``)."""
 GGUF_MAGIC = b"GGUF"
@@ -98,21 +96,40 @@ def grown_layout(
     return KvLayout(current.n_ctx_seq, n_seq)
 
 
-def _projector(preload: Preload, asked: str) -> str:
-    """The projector file for a load of ``preload``: the host's, whether or not the guest's ``mmproj``
-    key names it; a key naming any other file is refused (guests never choose host files)."""
+def _projector(preload: Preload, asked: str, from_guest: bool) -> str:
+    """The projector file for a load of ``preload``.
+
+    With a projector configured by the host, that one, whether or not the guest's ``mmproj`` key names
+    it (a key naming another file is refused: the host fixed it).  Without one, the file the guest
+    named inside its preopened directories (``from_guest``: the front end resolved it, as WasmEdge's
+    command lines expect: ``--dir .:. --env mmproj=mmproj.gguf``); any other key is refused, since a
+    guest never chooses a host file it was not given.
+    """
     configured = preload.mmproj
-    if asked and (configured is None or asked not in (str(configured), configured.name)):
+    if asked and configured is None and from_guest:
+        if not Path(asked).is_file():
+            raise WasiNNError(
+                ErrorKind.MODEL_NOT_FOUND, f"projector file {asked!r} for {preload.name!r} does not exist"
+            )
+        return asked
+    names = (str(configured), configured.name) if configured is not None else ()
+    same_file = configured is not None and from_guest and Path(asked).resolve() == configured.resolve()
+    if asked and asked not in names and not same_file:
+        shown = configured.name if configured is not None else "none"
         log.warning(
-            "model %s: config key 'mmproj' %r refused: guests may only name the projector the host configured (%s)",
+            "model %s: config key 'mmproj' %r refused: %s",
             preload.name,
             asked,
-            configured.name if configured is not None else "none",
+            f"the host configured {shown} for this name"
+            if configured is not None
+            else "it is not a file inside the guest's preopened directories (--dir)",
         )
         raise WasiNNError(
             ErrorKind.INVALID_ARGUMENT,
-            f"config key 'mmproj': {asked!r} is not the projector configured for {preload.name!r} "
-            f"({configured.name if configured is not None else 'none'}); set it with the host's preload configuration",
+            f"config key 'mmproj': {asked!r} is not the projector configured for {preload.name!r} ({shown})"
+            if configured is not None
+            else f"config key 'mmproj': {asked!r} is not a file inside the guest's preopened directories; map "
+            f"its directory with --dir (or configure the projector with --nn-mmproj {preload.name}:PATH)",
         )
     if configured is not None and not configured.is_file():
         raise WasiNNError(
@@ -138,8 +155,16 @@ def _open_model(
     key: tuple[object, ...],
     keep: bool,
     make_room: Callable[[int], int],
+    prompt_cache: PromptCache | None = None,
 ) -> LoadedModel:
     started = time.perf_counter()
+    cache = None
+    if prompt_cache is not None:  # before loading: the identity is the file as it is now
+        try:
+            identity = model_identity(str(key[0]), str(key[1]), runtime.commit, params.flash_attn)
+            cache = prompt_cache.for_model(identity)
+        except OSError:  # the file went away: the load below says so
+            cache = None
     weights = runtime.load_model(path, params)
     try:
         n_ctx_seq = params.ctx_size or min(weights.n_ctx_train or MAX_DEFAULT_CTX, MAX_DEFAULT_CTX)
@@ -154,7 +179,7 @@ def _open_model(
         bigger = grown_layout(params, KvLayout(n_ctx_seq, worker.context.n_seq), wanted, cell_bytes, make_room)
         return functools.partial(runtime.new_context, weights, params, bigger) if bigger is not None else None
 
-    worker = ModelWorker(weights, context, label, grow=None if params.n_parallel else grow)
+    worker = ModelWorker(weights, context, label, grow=None if params.n_parallel else grow, prompt_cache=cache)
     log.info(
         "loaded model %s from %s in %.0f ms (%s; %d sequences x %d tokens%s; %d threads)",
         label,
@@ -174,10 +199,16 @@ class ModelRegistry:
 
     ``runtime`` loads the models (default: llama.cpp); ``max_idle_models`` unused models stay
     loaded for the next user.  The KV budget of a load is the caller's ``Limits.max_kv_bytes``.
+    ``prompt_cache`` keeps prompt prefixes on disk for models loaded from then on (settable later).
     """
 
     def __init__(
-        self, preloads: Iterable[Preload | str] = (), *, runtime: Runtime | None = None, max_idle_models: int = 4
+        self,
+        preloads: Iterable[Preload | str] = (),
+        *,
+        runtime: Runtime | None = None,
+        max_idle_models: int = 4,
+        prompt_cache: PromptCache | None = None,
     ) -> None:
         if runtime is None:
             from .llama import LlamaRuntime
@@ -186,6 +217,7 @@ class ModelRegistry:
         else:
             self.runtime = runtime
         self.max_idle_models = max_idle_models
+        self.prompt_cache = prompt_cache
         self._lock = threading.RLock()
         self._preloads: dict[str, Preload] = {}
         self._models: dict[tuple[object, ...], LoadedModel] = {}
@@ -230,7 +262,9 @@ class ModelRegistry:
                 )
             if params.target is None:  # load_by_name carries no target: the preload's applies
                 params = replace(params, target=preload.target)
-            params = replace(params, mmproj=_projector(preload, params.mmproj))
+            params = replace(
+                params, mmproj=_projector(preload, params.mmproj, params.mmproj_from_guest), mmproj_from_guest=False
+            )
             path = preload.path
             if not path.is_file():
                 raise WasiNNError(
@@ -247,6 +281,7 @@ class ModelRegistry:
                     key,
                     keep=True,
                     make_room=functools.partial(self._make_room, kv_budget),
+                    prompt_cache=self.prompt_cache,
                 )
                 model.name = name
                 self._models[key] = model
@@ -291,6 +326,7 @@ class ModelRegistry:
                         key,
                         keep=False,
                         make_room=functools.partial(self._make_room, kv_budget),
+                        prompt_cache=self.prompt_cache,
                     )
                 finally:
                     os.unlink(name)
@@ -394,6 +430,8 @@ class ModelRegistry:
             self._models.clear()
         for model in models:
             self._close(model)
+        if self.prompt_cache is not None:
+            self.prompt_cache.flush()  # the states saved by this run reach the disk before exit
 
     @staticmethod
     def _close(model: LoadedModel) -> None:

@@ -10,6 +10,7 @@ stream; an embedding model's output is WasmEdge's embedding JSON.
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from ..backend.protocol import BackendContext, BackendGraph
 from ..core.config import ParsedConfig, parse_config
@@ -51,9 +52,10 @@ class ExecutionContext:
         """Apply per-context keys already parsed (and, from a remote client, screened)."""
         self.inner.configure(config)
 
-    def compute(self) -> None:
-        """Generate the whole answer; a full context keeps the output and is reported."""
-        _raise_for_stop(self.inner.generate())
+    def compute(self, on_piece: Callable[[bytes], None] | None = None) -> None:
+        """Generate the whole answer (each token's bytes to ``on_piece`` as it comes, if given); a full
+        context keeps the output and is reported."""
+        _raise_for_stop(self.inner.generate(on_piece))
 
     def compute_single(self) -> None:
         """Generate one token; end-of-sequence and a full context are reported."""

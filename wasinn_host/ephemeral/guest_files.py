@@ -1,4 +1,4 @@
-"""Files a guest names (the ``image`` key), resolved only through the directories it was given.
+"""Files a guest names (the ``image`` and ``mmproj`` keys), resolved only through the directories it was given.
 
 A guest path is looked up in the Store's preopened ``(host dir, guest dir)`` mappings, the
 longest guest prefix first (a relative path is relative to the guest's ``.``); the result must
@@ -9,20 +9,22 @@ given.  Reads are capped at ``limit`` bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import posixpath
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..core.config import ParsedConfig
 from ..core.errors import invalid
 from ..core.images import MAX_IMAGE_BYTES
 
 log = logging.getLogger("wasinn_host")
 
 
-def resolve_guest_path(path: str, dirs: Sequence[tuple[str, str]]) -> Path:
-    """The host file behind guest ``path``; invalid argument if no preopened directory holds it."""
+def find_guest_path(path: str, dirs: Sequence[tuple[str, str]]) -> Path | None:
+    """The host file behind guest ``path`` through the preopened ``dirs``, or None if none holds it."""
     guest = posixpath.normpath(path if path.startswith("/") else posixpath.join(".", path))
     candidates = []
     for host_dir, guest_dir in dirs:
@@ -37,9 +39,30 @@ def resolve_guest_path(path: str, dirs: Sequence[tuple[str, str]]) -> Path:
         target = Path(os.path.realpath(root / rest))
         if target == root or root in target.parents:
             return target
+    return None
+
+
+def resolve_guest_path(path: str, dirs: Sequence[tuple[str, str]]) -> Path:
+    """The host file behind guest ``path``; invalid argument if no preopened directory holds it."""
+    target = find_guest_path(path, dirs)
+    if target is not None:
+        return target
     log.warning("image %r refused: it is outside the directories preopened for the guest", path)
     mapped = ", ".join(g for _, g in dirs) or "none"
     raise invalid(f"image {path!r} is outside the guest's preopened directories ({mapped}); map one with --dir")
+
+
+def with_guest_projector(config: ParsedConfig, dirs: Sequence[tuple[str, str]]) -> ParsedConfig:
+    """``config`` with its ``mmproj`` key resolved to the host file it names inside the guest's
+    preopened ``dirs`` (the registry then loads that projector); unchanged if the key is absent or
+    names no such file (the registry then takes it only if it names the host's configured projector)."""
+    asked = config.model.get("mmproj")
+    if not asked or not dirs:
+        return config
+    target = find_guest_path(str(asked), dirs)
+    if target is None or not target.is_file():
+        return config
+    return dataclasses.replace(config, model={**config.model, "mmproj": str(target), "mmproj_from_guest": True})
 
 
 def read_guest_file(path: str, dirs: Sequence[tuple[str, str]], limit: int) -> bytes:

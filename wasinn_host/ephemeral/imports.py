@@ -30,7 +30,7 @@ from .errno import errno_for
 from .guest_memory import U32_MASK, GuestMemory
 from .native_func import GuestTrap, caller_memory, define_i32_func
 from .store_state import ContextCounter, StoreState
-from .tensor_check import check_dims_count, check_input_tensor
+from .tensor_check import check_dims_count, check_input_data, check_input_tensor
 
 log = logging.getLogger("wasinn_host")
 
@@ -149,6 +149,7 @@ class WasiNNImports:
     def _wrap(self, name: str, impl: Callable[..., None]) -> Callable[..., int]:
         def host_function(caller: int, context: int, *args: int) -> int:
             state = self._state(context)
+            state.calls[name] += 1
             memory = self._memory(caller, context, state)
             try:
                 impl(memory, state, *args)
@@ -283,6 +284,7 @@ class WasiNNImports:
         check_dims_count(dims_len)
         check_input_tensor(ttype & 0xFF, mem.read_u32s(dims_ptr, dims_len, "tensor dims"), data_len, self.limits)
         data = mem.read(data_ptr, data_len, "tensor data")
+        check_input_data(data, self.limits)
         context.set_input(index & U32_MASK, data)
 
     def compute(self, mem: GuestMemory, state: StoreState, ctx: int) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from typing import Iterable, Sequence
 
 from ..backend.protocol import Backend, BackendGraph
@@ -15,7 +16,7 @@ from ..core.config import ParsedConfig
 from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.limits import Limits
 from .execution import ExecutionContext
-from .guest_files import give_image_reader
+from .guest_files import give_image_reader, with_guest_projector
 from .guest_memory import U32_MASK
 from .native_func import MemoryRef
 
@@ -45,7 +46,7 @@ class StoreState:
     ) -> None:
         self.limits = limits
         self.dirs = tuple(dirs)
-        """The guest's preopened (host dir, guest dir) pairs: where its ``image`` files may be."""
+        """The guest's preopened (host dir, guest dir) pairs: where its ``image`` and ``mmproj`` files may be."""
         self.allowed = frozenset(allowed) if allowed is not None else None
         self._counter = counter
         self.graphs: dict[int, BackendGraph] = {}
@@ -56,6 +57,8 @@ class StoreState:
         self.memory: MemoryRef | None = None
         self.cache_memory = False
         self.closed = False
+        self.calls: Counter[str] = Counter()
+        """How many times the guest called each import, by name (kept after :meth:`close`)."""
 
     def graph(self, handle: int) -> BackendGraph:
         """The graph behind a guest's handle, or an invalid argument."""
@@ -89,7 +92,7 @@ class StoreState:
         if cached is not None and not self.graphs[cached].stale:
             return cached
         self.check_graph_room()
-        handle = self.add_graph(backend.load_by_name(name, config))
+        handle = self.add_graph(backend.load_by_name(name, with_guest_projector(config, self.dirs)))
         self.by_name[name] = handle
         return handle
 

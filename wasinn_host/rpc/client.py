@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 import orjson
 
 from ..core.config import ParsedConfig
+from ..core.engine import print_piece
 from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.generation import GenerationResult, StopReason
 from .client_files import inline_image, without_client_keys
@@ -56,6 +57,8 @@ class RemoteContext:
         self._cache: dict[str, tuple[int, bytes]] = {}
         self._future: Any = None
         self.closed = False
+        self.stream_stdout = bool(graph.config.stopping.get("stream_stdout", False))
+        """The guest's ``stream-stdout``: this client prints the pieces (a server never prints for a client)."""
 
     def _set_input(self, index: int, data: bytes) -> None:
         tensor = nn.Tensor(dimensions=[len(data)], ty=U8, data=data)
@@ -99,6 +102,8 @@ class RemoteContext:
         config, image = without_client_keys(config)
         if image is not None:
             self.image_key = image
+        if "stream_stdout" in config.stopping:
+            self.stream_stdout = bool(config.stopping["stream_stdout"])
         self._set_input(1, config.source)
 
     def set_prompt(self, data: bytes) -> None:
@@ -109,15 +114,48 @@ class RemoteContext:
             data = inline_image(data, self.read_image(self.image_key))
         self._set_input(0, data)
 
-    def generate(self) -> GenerationResult:
-        """``Compute``; a full context keeps its output, as locally."""
+    def generate(self, on_piece: Callable[[bytes], None] | None = None) -> GenerationResult:
+        """``Compute``; a full context keeps its output, as locally.
+
+        With ``on_piece`` (or the guest's ``stream-stdout``: the pieces are printed here, on the guest's
+        host) the pieces come as they are generated through this host's ``ComputePieces``; a server
+        without it computes first and the whole output goes to ``on_piece`` at the end."""
+        sink = on_piece or (print_piece if self.stream_stdout else None)
         try:
-            self._compute("Compute")
+            if sink is None:
+                self._compute("Compute")
+            else:
+                self._compute_pieces(sink)
         except WasiNNError as err:
             if err.kind is ErrorKind.CONTEXT_FULL:
                 return GenerationResult(stop_reason=StopReason.CONTEXT_FULL)
             raise
         return GenerationResult()
+
+    def _compute_pieces(self, sink: Callable[[bytes], None]) -> None:
+        if self.endpoint.has_host is not False and self.endpoint.has_pieces:
+            request = host.StepRequest(ctx_handle=self.handle)
+            self.busy = True
+            try:
+                for result in self.endpoint.stream(self.endpoint.host.ComputePieces, request, "compute", self._started):
+                    sink(bytes(result.piece))
+                return
+            except WasiNNError as err:
+                if err.kind is not ErrorKind.UNSUPPORTED:
+                    raise
+                self.endpoint.has_pieces = False  # WasmEdge's server, or an older wasinn-host one
+            finally:
+                self.busy = False
+                self._future = None
+                self.last_used = time.monotonic()
+                self.revision += 1
+        try:
+            self._compute("Compute")
+        except WasiNNError as err:
+            if err.kind is ErrorKind.CONTEXT_FULL:
+                sink(self._output("GetOutput", 0))
+            raise
+        sink(self._output("GetOutput", 0))
 
     def stream_step(self) -> GenerationResult:
         """``ComputeSingle``: one token, or the end of the sequence or of the context.

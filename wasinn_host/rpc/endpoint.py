@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import grpc
 
@@ -71,6 +71,8 @@ class Endpoint:
         """Whether the server has this host's own service (None: not known yet)."""
         self.has_step = True
         """False once the server answered ``ComputeSingleOutput`` as unimplemented."""
+        self.has_pieces = True
+        """False once the server answered ``ComputePieces`` as unimplemented."""
         self.down_since: float | None = None
         self.closed = False
         """True after :meth:`close`: calls fail with a runtime error instead of grpcio's ValueError."""
@@ -98,6 +100,17 @@ class Endpoint:
         except grpc.FutureCancelledError:
             raise WasiNNError(ErrorKind.RUNTIME_ERROR, f"{method} on {self.target} was cancelled") from None
         except grpc.RpcError as exc:
+            raise self._failure(exc, method) from None
+
+    def stream(self, rpc: Any, request: Any, method: str, started: Callable[[Any], None]) -> Iterator[Any]:
+        """A computing call that streams its results, cancellable: ``started`` receives the call."""
+        call = rpc(request, metadata=self.metadata, timeout=self.options.compute_timeout)
+        started(call)
+        try:
+            yield from call
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.CANCELLED and errno_of(exc) is None:
+                raise WasiNNError(ErrorKind.RUNTIME_ERROR, f"{method} on {self.target} was cancelled") from None
             raise self._failure(exc, method) from None
 
     def _failure(self, exc: grpc.RpcError, method: str) -> WasiNNError:

@@ -1,24 +1,43 @@
 """The protocol buffers and gRPC stubs, compiled at import from the ``.proto`` files shipped here.
 
-``wasi_ephemeral_nn.proto`` is WasmEdge's protocol, unchanged; ``wasinn_host_rpc.proto`` is this
-host's own service.  Compiling at import (``grpc.protos_and_services``, from grpcio-tools) keeps
-the generated code in step with the installed protobuf runtime.
+``wasi_ephemeral_nn.proto`` is WasmEdge's protocol, with the later ``output_max_size`` field of
+``GetOutputRequest``; ``wasinn_host_rpc.proto`` is this host's own service.  Compiling at import
+(``grpc.protos_and_services``, from grpcio-tools) keeps the generated code in step with the
+installed protobuf runtime.  grpcio-tools finds a ``.proto`` through ``sys.path``, so the directory
+holding the ``wasinn_host`` package is put there for the compilation: in an editable install it is
+the source checkout, which is not on ``sys.path`` otherwise.
 """
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import grpc
 
 _PROTOS = "wasinn_host/rpc/protos/"
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+
+
+def _compile(name: str) -> tuple[Any, Any]:
+    """The messages and services of ``protos/NAME``, found through the package's own directory."""
+    added = _PACKAGE_PARENT not in sys.path
+    if added:
+        sys.path.append(_PACKAGE_PARENT)
+    try:
+        return grpc.protos_and_services(_PROTOS + name)
+    finally:
+        if added:
+            sys.path.remove(_PACKAGE_PARENT)
+
 
 nn: Any
 nn_grpc: Any
 host: Any
 host_grpc: Any
-nn, nn_grpc = grpc.protos_and_services(_PROTOS + "wasi_ephemeral_nn.proto")
-host, host_grpc = grpc.protos_and_services(_PROTOS + "wasinn_host_rpc.proto")
+nn, nn_grpc = _compile("wasi_ephemeral_nn.proto")
+host, host_grpc = _compile("wasinn_host_rpc.proto")
 
 SESSION_KEY = "wasinn-session"
 """Call metadata naming the client session whose handles a call may use (none: the shared scope)."""

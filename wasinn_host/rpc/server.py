@@ -22,6 +22,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from ..backend.local import LocalBackend
+from ..core.limits import INLINE_IMAGE_ROOM
 from .messages import KEEPALIVE, MAX_MESSAGE, TOKEN_KEY, host_grpc, nn_grpc
 from .service import NNService
 from .sessions import SessionScopes
@@ -92,7 +93,9 @@ def check_exposure(address: ListenAddress, options: ServeOptions) -> None:
 
 def _message_limits(service: NNService) -> list[tuple[str, int]]:
     limits = service.limits
-    largest_in = max(limits.max_prompt_bytes, limits.max_load_bytes if service.allow_load_bytes else 0)
+    largest_in = max(
+        limits.max_prompt_bytes + INLINE_IMAGE_ROOM, limits.max_load_bytes if service.allow_load_bytes else 0
+    )
     return [
         ("grpc.max_receive_message_length", min(MAX_MESSAGE, largest_in + ENVELOPE)),
         ("grpc.max_send_message_length", min(MAX_MESSAGE, limits.max_output_bytes + ENVELOPE)),

@@ -12,6 +12,7 @@ cancelled in the engine.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from typing import Any, Callable, Iterator, TypeVar
 
@@ -25,7 +26,7 @@ from ..core.preload import Target
 from ..ephemeral.errno import errno_for
 from ..ephemeral.execution import METADATA_INDEX, ExecutionContext
 from ..ephemeral.store_state import StoreState
-from ..ephemeral.tensor_check import check_dims_count, check_input_tensor
+from ..ephemeral.tensor_check import check_dims_count, check_input_data, check_input_tensor
 from .messages import SESSION_KEY, host, nn
 from .remote_config import remote_config
 from .sessions import ANONYMOUS, SessionScopes
@@ -59,6 +60,15 @@ class NNService:
     # -- plumbing --------------------------------------------------------------
 
     def _run(self, context: Any, method: str, body: Callable[[StoreState, threading.Lock, str], T]) -> T:
+        result = self._attempt(context, method, body)
+        if isinstance(result, WasiNNError):
+            abort_with(context, result)
+        return result
+
+    def _attempt(
+        self, context: Any, method: str, body: Callable[[StoreState, threading.Lock, str], T]
+    ) -> T | WasiNNError:
+        """``body`` in the caller's session scope: its result, or the error to end the call with (logged)."""
         session = session_of(context)
         state, lock = self.scopes.scope(session)
         try:
@@ -78,7 +88,7 @@ class NNService:
                 errno.name,
                 extra={"event": f"rpc_{method}", "errno": int(errno), "session": session},
             )
-        abort_with(context, failure)
+        return failure
 
     def _context(self, state: StoreState, handle: int) -> ExecutionContext:
         return state.context(handle)
@@ -138,6 +148,7 @@ class NNService:
             tensor = request.tensor
             check_dims_count(len(tensor.dimensions))
             check_input_tensor(int(tensor.ty), list(tensor.dimensions), len(tensor.data), self.limits)
+            check_input_data(tensor.data, self.limits)
             if request.index == METADATA_INDEX:
                 ctx.configure(remote_config(tensor.data))
             else:
@@ -168,19 +179,22 @@ class NNService:
         return self._compute(context, "fini_single", ExecutionContext.fini_single, request.resource_handle)
 
     def GetOutput(self, request: Any, context: Any) -> Any:  # noqa: N802
-        """``get_output``: the whole output (no scratch-buffer limit), or index 1's metadata JSON."""
+        """``get_output``: the whole output, or index 1's metadata JSON; at most ``output_max_size``
+        bytes when the client sends one (larger: errno 7, as WasmEdge's server), else no limit."""
 
         def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
-            return nn.GetOutputResult(data=self._context(state, request.resource_handle).get_output(request.index))
+            data = self._context(state, request.resource_handle).get_output(request.index)
+            return nn.GetOutputResult(data=_within_max(data, request.output_max_size, "get_output"))
 
         return self._run(context, "get_output", body)
 
     def GetOutputSingle(self, request: Any, context: Any) -> Any:  # noqa: N802
-        """``get_output_single``: the last token's piece, or index 1's metadata JSON."""
+        """``get_output_single``: the last token's piece, or index 1's metadata JSON (``output_max_size``
+        as for ``GetOutput``)."""
 
         def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
-            ctx = self._context(state, request.resource_handle)
-            return nn.GetOutputResult(data=ctx.get_output_single(request.index))
+            data = self._context(state, request.resource_handle).get_output_single(request.index)
+            return nn.GetOutputResult(data=_within_max(data, request.output_max_size, "get_output_single"))
 
         return self._run(context, "get_output_single", body)
 
@@ -196,6 +210,29 @@ class NNService:
             return host.StepResult(piece=ctx.get_output_single(0))
 
         return self._run(context, "compute_single", body)
+
+    def ComputePieces(self, request: Any, context: Any) -> Iterator[Any]:  # noqa: N802
+        """``compute`` with each token's piece streamed as it is generated (what the client prints for a
+        guest's ``stream-stdout``); ends with the same errors as ``Compute``, after the pieces."""
+        pieces: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        outcome: list[object] = []
+
+        def body(state: StoreState, lock: threading.Lock, session: str) -> None:
+            ctx = self._context(state, request.ctx_handle)
+            self._cancel_if_gone(context, ctx)
+            ctx.compute(on_piece=pieces.put)
+
+        def compute() -> None:
+            try:
+                outcome.append(self._attempt(context, "compute", body))
+            finally:
+                pieces.put(None)
+
+        threading.Thread(target=compute, name="wasinn-rpc-pieces", daemon=True).start()
+        while (piece := pieces.get()) is not None:
+            yield host.StepResult(piece=piece)
+        if outcome and isinstance(outcome[0], WasiNNError):
+            abort_with(context, outcome[0])
 
     def Load(self, request: Any, context: Any) -> Any:  # noqa: N802
         """A model from GGUF bytes, if the server allows it and within ``max_load_bytes``."""
@@ -286,3 +323,14 @@ class NNService:
         with self._attached_lock:
             for event in self._attached:
                 event.set()
+
+
+def _within_max(data: bytes, output_max_size: int, method: str) -> bytes:
+    """``data`` if it fits the client's ``output_max_size`` (0: a client that sends none, no limit)."""
+    if output_max_size and len(data) > output_max_size:
+        raise WasiNNError(
+            ErrorKind.TOO_LARGE,
+            f"{method}: the output is {len(data)} bytes, more than the output_max_size of {output_max_size} "
+            f"the client asked for",
+        )
+    return data

@@ -27,6 +27,7 @@ from ..core.config import EMPTY_CONFIG, parse_config
 from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.limits import Limits
 from ..core.preload import Target
+from ..ephemeral.guest_files import with_guest_projector
 from ..ephemeral.metadata import metadata_json
 from ..ephemeral.store_state import ContextCounter
 from ..store_tables import StoreTable, store_key
@@ -197,6 +198,7 @@ class WitNNImports:
 
         def host_function(store: Storelike, *args: Any) -> Any:
             state = self.state(store)
+            state.calls[name] += 1
             reps = _reps(store, args)
             try:
                 value = impl(state, *reps)
@@ -285,7 +287,7 @@ class WitNNImports:
             raise self.limits.refuse(
                 ErrorKind.BUSY, "load-by-name", "max_graphs_per_store", self.limits.max_graphs_per_store
             )
-        return state.add_graph(self.backend.load_by_name(name, config))
+        return state.add_graph(self.backend.load_by_name(name, with_guest_projector(config, state.dirs)))
 
     def init_execution_context(self, state: ComponentState, graph: int) -> cm.ResourceHost:
         """``[method]graph.init-execution-context()``: a new conversation on the graph."""

@@ -74,10 +74,7 @@ def read_request(inputs: Sequence[tuple[str, HostTensor]], limits: Limits) -> Ll
     else:
         prompt_name = PROMPT
     prompt = prompt_tensor.check_bytes(prompt_name)
-    if len(prompt) > limits.max_prompt_bytes:
-        raise limits.refuse(
-            ErrorKind.TOO_LARGE, f"prompt of {len(prompt)} bytes", "max_prompt_bytes", limits.max_prompt_bytes
-        )
+    limits.check_prompt_bytes("prompt", len(prompt), prompt)
     configs: list[ParsedConfig] = []
     if METADATA in by_name:
         configs.append(parse_config(by_name[METADATA].check_bytes(METADATA)))
