@@ -169,7 +169,7 @@ def _seconds_per_test(result: pytest.RunResult) -> dict[str, float]:
 def test_guest_tests_pass_and_fail_as_they_should(project: pytest.Pytester) -> None:
     stopped = wasinn_cli("--timeout", "0.5", str(project.path / "guests" / "loop.wasm"))
     assert stopped.returncode == 134 and stopped.stderr.count("\n") == 1, stopped.stderr
-    project.makepyfile(test_guests=GUEST_TESTS.format(core_calls=CORE_CALLS, stopped=stopped.stderr))
+    project.makepyfile(test_prebuilt_guests=GUEST_TESTS.format(core_calls=CORE_CALLS, stopped=stopped.stderr))
     result = project.runpytest(*PLUGIN)
     assert _outcomes(result) == EXPECTED
     result.assert_outcomes(passed=9, failed=3)

@@ -73,6 +73,18 @@ CASES = [
 ]
 
 
+def serve_command(sock: pathlib.Path, model: pathlib.Path) -> subprocess.Popen[str]:
+    """`wasinn serve` on a unix socket serving ``model`` as "succ", started (its first line read)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wasinn_host.cli", "serve", "--nn-rpc-uri", f"unix:{sock}"]
+        + ["--nn-preload", f"succ:GGML:AUTO:{model}"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None and "serving" in proc.stderr.readline()
+    return proc
+
+
 @pytest.mark.parametrize(("guest", "args", "env", "stdin"), CASES)
 def test_guests_remote_equal_in_process(
     nn: WasiNN,
@@ -284,14 +296,8 @@ def test_stream_stdout_from_a_server_without_compute_pieces(
 def test_stream_stdout_through_the_commands(tmp_path: pathlib.Path, successor_path: pathlib.Path) -> None:
     """`wasinn serve` + `wasinn run --nn-rpc-uri` print what an in-process run prints."""
     sock = tmp_path / "ss.sock"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "wasinn_host.cli", "serve", "--nn-rpc-uri", f"unix:{sock}"]
-        + ["--nn-preload", f"succ:GGML:AUTO:{successor_path}"],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = serve_command(sock, successor_path)
     try:
-        assert proc.stderr is not None and "serving" in proc.stderr.readline()
         outputs = []
         for where in (["--nn-rpc-uri", f"unix:{sock}"], ["--nn-preload", f"succ:GGML:AUTO:{successor_path}"]):
             run = subprocess.run(
@@ -500,15 +506,9 @@ def test_run_warns_that_engine_limits_are_the_servers(tmp_path: pathlib.Path) ->
 def test_killed_server_mid_stream(tmp_path: pathlib.Path, successor_path: pathlib.Path) -> None:
     """A server killed while a guest streams: the next call gets errno 5 at once, never a silent 0."""
     sock = tmp_path / "dies.sock"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "wasinn_host.cli", "serve", "--nn-rpc-uri", f"unix:{sock}"]
-        + ["--nn-preload", f"succ:GGML:AUTO:{successor_path}"],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = serve_command(sock, successor_path)
     client = None
     try:
-        assert proc.stderr is not None and "serving" in proc.stderr.readline()
         client = WasiNN(rpc=f"unix:{sock}")
         session = client.session("succ", {"n-predict": 1000})
         stream = session.stream("0")
@@ -529,37 +529,32 @@ def test_killed_server_mid_stream(tmp_path: pathlib.Path, successor_path: pathli
 def test_killed_backend_does_not_hang_instances(tmp_path: pathlib.Path, successor_path: pathlib.Path) -> None:
     """Two backends, `--instances 2` over both, one backend killed mid-generation: its guest gets errno 5,
     the other finishes, and `wasinn run` exits (it used to wait for ever on the failed guest's output pipe)."""
-    servers = []
-    for index in range(2):
-        server = subprocess.Popen(
-            [sys.executable, "-m", "wasinn_host.cli", "serve", "--nn-rpc-uri", f"unix:{tmp_path / f'b{index}.sock'}"]
-            + ["--nn-preload", f"succ:GGML:AUTO:{successor_path}"],
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        servers.append(server)
+    socks = [tmp_path / f"b{index}.sock" for index in range(2)]
+    servers = [serve_command(sock, successor_path) for sock in socks]
+    channels = [grpc.insecure_channel(f"unix:{sock}") for sock in socks]
     try:
-        for server in servers:
-            assert server.stderr is not None and "serving" in server.stderr.readline()
-        uris = [arg for index in range(2) for arg in ("--nn-rpc-uri", f"unix:{tmp_path / f'b{index}.sock'}")]
+        uris = [arg for sock in socks for arg in ("--nn-rpc-uri", f"unix:{sock}")]
         run = subprocess.Popen(
             [sys.executable, "-m", "wasinn_host.cli", "run", *uris, "--instances", "2"]
-            + ["--env", "stream_stdout=1", "--env", "n_predict=300", "--env", "ctx_size=1024"]
-            + [str(GUESTS / "complete.wasm"), "succ", "0"],
+            + ["--env", "n_predict=1500", "--env", "ctx_size=2048", str(GUESTS / "complete.wasm"), "succ", "0"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        assert run.stdout is not None
-        assert len(run.stdout.read(20)) == 20  # both guests are generating (the pieces stream as they come)
+
+        def computing() -> bool:  # one guest's context on each backend
+            return all(host_grpc.HostStub(c).Status(host.StatusRequest(), timeout=10).contexts == 1 for c in channels)
+
+        assert wait_for(computing, 60.0), "the two guests were not placed one on each backend"
         servers[0].kill()
         started = time.monotonic()
-        out, err = run.communicate(timeout=120)
-        assert time.monotonic() - started < 60
+        out, err = run.communicate(timeout=180)
+        assert time.monotonic() - started < 120
         assert run.returncode == 1, err
-        lines = err.decode().splitlines()
-        assert "wasi-nn error: compute returned 5" in lines
-        assert successor_text("0", 300) + "\n" in out.decode()  # the other guest's whole answer
+        assert "wasi-nn error: compute returned 5" in err.decode().splitlines()
+        assert out.decode() == successor_text("0", 1500) + "\n"  # the other guest's whole answer
     finally:
+        for channel in channels:
+            channel.close()
         for server in servers:
             server.kill()
 
