@@ -511,6 +511,7 @@ def test_killed_server_mid_stream(tmp_path: pathlib.Path, successor_path: pathli
     try:
         client = WasiNN(rpc=f"unix:{sock}")
         session = client.session("succ", {"n-predict": 1000})
+        idle = client.session("succ")
         stream = session.stream("0")
         assert [next(stream), next(stream)] == [b"1", b"2"]
         proc.kill()
@@ -520,6 +521,13 @@ def test_killed_server_mid_stream(tmp_path: pathlib.Path, successor_path: pathli
             next(stream)
         assert info.value.kind is ErrorKind.RUNTIME_ERROR and "UNAVAILABLE" in info.value.message
         assert time.monotonic() - started < 10
+        # every path that would talk to the dead server is bounded: closing the failed session, a session
+        # that had not noticed the death yet, the client's channels
+        started = time.monotonic()
+        session.close()
+        idle.close()
+        client.close()
+        assert time.monotonic() - started < 5
     finally:
         proc.kill()
         if client is not None:
