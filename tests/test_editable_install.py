@@ -6,7 +6,8 @@ on ``sys.path``.  The gRPC protocol buffers used to (grpcio-tools finds a ``.pro
 
 The test recreates exactly that condition in a child process: a copy of the package, loaded through an
 import spec (as setuptools' editable finder does), with every ``sys.path`` entry that holds a
-``wasinn_host`` removed (in CI the regular install sits in site-packages and would hide the bug)."""
+``wasinn_host`` seen through a view without it (in CI the regular install sits in site-packages and
+would hide the bug; its dependencies beside it stay importable)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,22 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "wasinn_host"
 
 PROBE = """
 import importlib.util, pathlib, sys
-import grpc, grpc_tools.protoc  # from site-packages, before it leaves sys.path
-from google.protobuf import empty_pb2
-source = pathlib.Path(sys.argv[1])
-sys.path[:] = [p for p in sys.path if not (pathlib.Path(p or ".") / "wasinn_host").exists()]
+source, overlay = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+# every sys.path entry holding a wasinn_host (site-packages in CI) is replaced by a view of it without
+# the package, so the copy below is the only one and its parent directory is not on sys.path
+paths = []
+for index, entry in enumerate(sys.path):
+    base = pathlib.Path(entry or ".")
+    if (base / "wasinn_host").exists():
+        view = overlay / str(index)
+        view.mkdir(parents=True)
+        for item in base.iterdir():
+            if not item.name.startswith("wasinn_host"):
+                (view / item.name).symlink_to(item)
+        entry = str(view)
+    paths.append(entry)
+sys.path[:] = paths
+sys.path_importer_cache.clear()
 spec = importlib.util.spec_from_file_location(
     "wasinn_host", source / "wasinn_host" / "__init__.py", submodule_search_locations=[str(source / "wasinn_host")]
 )
@@ -38,9 +51,13 @@ print(sorted(messages.host.DESCRIPTOR.services_by_name["Host"].methods_by_name))
 
 
 def test_protocol_buffers_compile_where_the_package_is_not_on_sys_path(tmp_path: pathlib.Path) -> None:
-    shutil.copytree(PACKAGE, tmp_path / "wasinn_host", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(PACKAGE, tmp_path / "src" / "wasinn_host", ignore=shutil.ignore_patterns("__pycache__"))
     result = subprocess.run(
-        [sys.executable, "-c", PROBE, str(tmp_path)], capture_output=True, text=True, cwd="/", timeout=120
+        [sys.executable, "-c", PROBE, str(tmp_path / "src"), str(tmp_path / "views")],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
