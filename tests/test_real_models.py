@@ -21,9 +21,11 @@ import numpy as np
 import pytest
 
 from wasinn_host import ModelRegistry, WasiNN
+from wasinn_host.core.config import parse_config
 from wasinn_host.core.context import InferenceContext
-from wasinn_host.core.grammar_sampling import GreedySampler
+from wasinn_host.core.grammar_sampling import GreedySampler, TopKGrammarSampler
 from wasinn_host.core.llama import init_backend
+from wasinn_host.core.params import ContextParams
 from wasinn_host.session import Session
 from wasinn_host.testing import real_models
 from wasinn_host.testing.abi_guest import AbiGuest
@@ -451,25 +453,45 @@ def test_grammar_with_logit_bias_and_penalty_equals_the_grammar_first_chain(
         assert sampler_of(session).rejections > 0
 
 
-def test_stochastic_grammar_keeps_the_grammar_first(real_nn: WasiNN, natives: dict[str, Native]) -> None:
-    """A temp above 0: the seed draws the same tokens as a grammar-first chain (no GreedySampler)."""
-    native = natives["smollm2"]
+@pytest.mark.parametrize(
+    ("name", "seed", "extra"),
+    [
+        ("smollm2", 1234, {"top-p": 0.95, "min-p": 0.05}),
+        ("gemma3", 7, {}),  # the defaults: top-k 40, top-p 0.95, min-p 0.05, temp 0.8
+        ("gemma3", 99, {"repeat-penalty": 1.3, "typical-p": 0.9}),
+    ],
+)
+def test_stochastic_grammar_draws_what_the_grammar_first_chain_draws(
+    real_nn: WasiNN, natives: dict[str, Native], name: str, seed: int, extra: dict[str, float]
+) -> None:
+    """A temp above 0: the grammar is tested on the tokens top-k keeps, and the seed draws the same
+    tokens as a grammar-first chain over the whole vocabulary."""
+    native = natives[name]
     gbnf = 'root ::= [a-z]+ (" " [a-z]+){2,5} "."'
     prompt = b"A short sentence:"
+    config = {**LOAD, "grammar": gbnf, "n-predict": 24, "seed": seed, **extra}
+    params = parse_config(json.dumps(config).encode()).apply_context(ContextParams()).sampling
     stages = [
         native.grammar(gbnf),
-        llama_cpp.llama_sampler_init_top_k(40),
-        llama_cpp.llama_sampler_init_top_p(0.95, 1),
-        llama_cpp.llama_sampler_init_min_p(0.05, 1),
-        llama_cpp.llama_sampler_init_temp(1.0),
-        llama_cpp.llama_sampler_init_dist(1234),
+        *(
+            [llama_cpp.llama_sampler_init_penalties(native.n_vocab, 64, params.repeat_penalty, 0.0, 0.0)]
+            if params.repeat_penalty != 1.0
+            else []
+        ),
+        llama_cpp.llama_sampler_init_top_k(params.top_k),
+        *([llama_cpp.llama_sampler_init_typical(params.typ_p, 0)] if params.typ_p < 1.0 else []),
+        llama_cpp.llama_sampler_init_top_p(params.top_p, 0),
+        llama_cpp.llama_sampler_init_min_p(params.min_p, 0),
+        llama_cpp.llama_sampler_init_temp(params.temp),
+        llama_cpp.llama_sampler_init_dist(seed),
     ]
     expected = native.generate(native.tokenize(prompt), 24, stages)
-    config = {**LOAD, "grammar": gbnf, "n-predict": 24, "temp": 1.0, "top-k": 40, "top-p": 0.95, "min-p": 0.05}
-    with real_nn.session("smollm2", {**config, "seed": 1234}) as session:
+    with real_nn.session(name, config) as session:
         session.complete(prompt)
-        assert getattr(inner(session).state.sampler, "greedy", "missing") is None
+        sampler = getattr(inner(session).state.sampler, "top_k", None)
+        assert isinstance(sampler, TopKGrammarSampler)
         assert inner(session).output_tokens == expected
+        assert sampler.fast_steps > 0, "the path under test: top-k's tokens alone"
 
 
 # -- embeddings ----------------------------------------------------------------------------

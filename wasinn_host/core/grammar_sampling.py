@@ -9,8 +9,16 @@ times as many each round) instead of all of them.  The result is provably the to
 grammar-first chain picks: the stages before ``greedy`` (logit bias, penalties, DRY) change logits
 token by token, so they commute with the grammar's mask; the grammar judges each token on its own;
 and the most likely allowed token lies among the tested ones (ties go to the first in array order,
-as llama.cpp's greedy).  Stochastic chains keep the grammar first: with a sample-first order the
-random draw would pick a different token from the same seed.
+as llama.cpp's greedy).
+
+Stochastic chains with ``top-k`` (the default, 40) and no mirostat get :class:`TopKGrammarSampler`:
+after the grammar, ``top-k`` keeps the k most likely allowed tokens, so those are found the same
+way (candidates tested in order of logit) and the rest of the chain (top-k, typical, top-p, min-p,
+XTC, temperature, the seeded draw) runs on them alone.  Its array and its random draws are then
+the grammar-first chain's, so a seed draws the same tokens.  Where that could differ (fewer than k
+allowed tokens, or equal logits at or inside the k-th place, whose order a sort does not fix) that
+step masks the whole vocabulary, as the grammar-first chain does.  A sample-first order (llama.cpp's
+``common_sampler``) would be faster still but draws other tokens from the same seed.
 
 Without a grammar, :class:`GreedySampler` is still the cheaper greedy: ``numpy.argmax`` over the
 logits in place, where ``llama_sampler_sample`` first copies every logit into a candidates array
@@ -194,3 +202,116 @@ class GreedySampler:
             if sampler:
                 llama_cpp.llama_sampler_free(sampler)
         self.grammar = self.pre = None
+
+
+class TopKGrammarSampler:
+    """Grammar-first sampling with ``top-k`` > 0, testing the grammar on the tokens top-k keeps.
+
+    ``pre`` is the chain of the stages before top-k that change logits token by token (logit bias,
+    penalties, DRY), or None; ``tail`` the chain from top-k to the draw.  It owns all three.
+    """
+
+    def __init__(
+        self, pre: ctypes.c_void_p | None, grammar: ctypes.c_void_p, tail: ctypes.c_void_p, top_k: int, n_vocab: int
+    ) -> None:
+        self.pre = pre
+        self.grammar = grammar
+        self.tail = tail
+        self.top_k = top_k
+        self.candidates = Candidates(n_vocab)
+        self.fast_steps = 0
+        """Steps that ran the chain on the top-k allowed tokens alone."""
+        self.full_steps = 0
+        """Steps that masked the whole vocabulary (fewer than k allowed tokens, or ties at the k-th)."""
+
+    def sample(self, ctx: Any, batch_index: int) -> int:
+        """The token the grammar-first chain would draw; every sampler accepts it."""
+        import numpy as np
+
+        candidates = self.candidates
+        candidates.fill(ctx, batch_index)
+        if self.pre is not None:
+            llama_cpp.llama_sampler_apply(self.pre, candidates.ref)
+        size = candidates.array.size
+        logits = candidates.data["logit"][:size]
+        kept = self._top_allowed(logits, candidates.data["id"][:size])
+        if kept is None:
+            self.full_steps += 1
+            llama_cpp.llama_sampler_apply(self.grammar, candidates.ref)
+            llama_cpp.llama_sampler_apply(self.tail, candidates.ref)
+            token = candidates.selected()
+        else:
+            self.fast_steps += 1
+            chosen = np.array(candidates.data[kept])  # a copy: the tail sorts and cuts its own array
+            array = llama_cpp.llama_token_data_array(
+                data=chosen.ctypes.data_as(llama_cpp.llama_token_data_p), size=len(chosen), selected=-1, sorted=False
+            )
+            llama_cpp.llama_sampler_apply(self.tail, ctypes.byref(array))
+            if not 0 <= array.selected < array.size:
+                raise RuntimeError("the sampler chain selected no token")
+            token = int(chosen["id"][array.selected])
+        for sampler in (self.grammar, self.pre, self.tail):
+            if sampler is not None:
+                llama_cpp.llama_sampler_accept(sampler, token)
+        return token
+
+    def _top_allowed(self, logits: np.ndarray, ids: np.ndarray) -> np.ndarray | None:
+        """The array indices of the k highest allowed logits, if they are certain to be what top-k keeps
+        after the grammar (at least k allowed, all finite, no equal logits among them or at the k-th)."""
+        import numpy as np
+
+        n, k = len(logits), self.top_k
+        if k >= n:
+            return None
+        tested_above = np.inf
+        allowed: list[np.ndarray] = []
+        count = 0
+        width = max(GreedySampler.FIRST_CHUNK, 2 * k)
+        while count < k:
+            threshold = -np.inf if width >= n else float(np.partition(logits, n - width)[n - width])
+            chosen = np.flatnonzero((logits >= threshold) & (logits < tested_above))
+            if len(chosen):
+                found = self._allowed(chosen, ids)
+                allowed.append(found)
+                count += len(found)
+            if width >= n:
+                break
+            tested_above = threshold
+            width *= 8
+        if count < k:
+            return None
+        indices = np.concatenate(allowed)
+        order = indices[np.argsort(-logits[indices], kind="stable")]
+        values = logits[order]
+        kth = values[k - 1]
+        if not np.isfinite(kth) or (len(values) > k and values[k] == kth):
+            return None  # top-k would keep -inf tokens, or its choice among equals is not fixed
+        top = values[:k]
+        if len(np.unique(top)) < k:
+            return None  # equal logits among the kept: their order after top-k's sort is not fixed
+        return order[:k]
+
+    def _allowed(self, indices: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """The array indices among ``indices`` whose tokens the grammar allows now."""
+        import numpy as np
+
+        chunk = np.zeros(len(indices), dtype=_token_data())
+        chunk["id"] = ids[indices]
+        array = llama_cpp.llama_token_data_array(
+            data=chunk.ctypes.data_as(llama_cpp.llama_token_data_p), size=len(indices), selected=-1, sorted=False
+        )
+        llama_cpp.llama_sampler_apply(self.grammar, ctypes.byref(array))
+        return indices[chunk["logit"] != -np.inf]
+
+    def reset(self) -> None:
+        """Forget the history of every stage (the grammar starts again at its root)."""
+        for sampler in (self.grammar, self.pre, self.tail):
+            if sampler is not None:
+                llama_cpp.llama_sampler_reset(sampler)
+
+    def close(self) -> None:
+        """Free the three samplers."""
+        for sampler in (self.grammar, self.pre, self.tail):
+            if sampler:
+                llama_cpp.llama_sampler_free(sampler)
+        self.grammar = self.pre = self.tail = None  # type: ignore[assignment]

@@ -24,7 +24,7 @@ from typing import Iterator
 from . import devices
 from .errors import ErrorKind, WasiNNError
 from .gguf_layout import read_layout
-from .grammar_sampling import GreedySampler
+from .grammar_sampling import GreedySampler, TopKGrammarSampler
 from .llama_bindings import llama_cpp
 from .llama_log import CAPTURE_LOCK, capture_llama_log, init_backend, route_llama_log
 from .offload import ModelSizes, choose_gpu_layers, fit_gpu_layers
@@ -351,13 +351,29 @@ class Sampler:
     With ``temp <= 0`` a :class:`~.grammar_sampling.GreedySampler` makes the greedy choice (and keeps
     a grammar out of the chain, testing it only on the tokens the choice needs, after llama.cpp's
     ``common_sampler``): the same tokens, without a copy of every logit or a grammar pass over the
-    whole vocabulary per token.
+    whole vocabulary per token.  A grammar with ``top-k`` > 0 and no mirostat goes to a
+    :class:`~.grammar_sampling.TopKGrammarSampler`: the grammar tested on the tokens top-k keeps, the
+    same draws from the same seed.
     """
 
     def __init__(self, model: LlamaModel, params: SamplingParams, n_ctx_seq: int) -> None:
         self.ptr: ctypes.c_void_p | None = None
-        """The chain (None with a :class:`GreedySampler`, which owns the stages then)."""
+        """The chain (None with a :class:`GreedySampler` or :class:`TopKGrammarSampler`, which own the
+        stages then)."""
         self.greedy: GreedySampler | None = None
+        self.top_k: TopKGrammarSampler | None = None
+        if params.grammar and not params.greedy and params.top_k > 0 and params.mirostat == 0:
+            grammar_stage = grammar_sampler(model, params.grammar)  # an invalid grammar raises before anything else
+            try:
+                pre = _pre_stages(model, params, n_ctx_seq)
+            except BaseException:
+                llama_cpp.llama_sampler_free(grammar_stage)
+                raise
+            tail = _chain(_draw_stages(model, params))
+            self.top_k = TopKGrammarSampler(
+                _chain(pre) if pre else None, grammar_stage, tail, params.top_k, model.n_vocab
+            )
+            return
         stages = _sampler_stages(model, params, n_ctx_seq, with_grammar=not params.greedy)
         if not params.greedy:
             self.ptr = _chain(stages)
@@ -375,12 +391,16 @@ class Sampler:
         """Sample (and accept) a token from the logits at ``batch_index``."""
         if self.greedy is not None:
             return self.greedy.sample(ctx.ptr, batch_index)
+        if self.top_k is not None:
+            return self.top_k.sample(ctx.ptr, batch_index)
         return int(llama_cpp.llama_sampler_sample(self.ptr, ctx.ptr, batch_index))
 
     def reset(self) -> None:
         """Forget the chain's history."""
         if self.greedy is not None:
             self.greedy.reset()
+        elif self.top_k is not None:
+            self.top_k.reset()
         elif self.ptr:
             llama_cpp.llama_sampler_reset(self.ptr)
 
@@ -389,6 +409,9 @@ class Sampler:
         if self.greedy is not None:
             self.greedy.close()
             self.greedy = None
+        if self.top_k is not None:
+            self.top_k.close()
+            self.top_k = None
         if self.ptr:
             llama_cpp.llama_sampler_free(self.ptr)
             self.ptr = None
@@ -445,9 +468,15 @@ def check_sampling(model: LlamaModel, params: SamplingParams) -> None:
 def _sampler_stages(
     model: LlamaModel, p: SamplingParams, n_ctx_seq: int, with_grammar: bool = True
 ) -> list[ctypes.c_void_p]:
+    stages = [grammar_sampler(model, p.grammar)] if p.grammar and with_grammar else []
+    stages += _pre_stages(model, p, n_ctx_seq)
+    stages += _draw_stages(model, p)
+    return stages
+
+
+def _pre_stages(model: LlamaModel, p: SamplingParams, n_ctx_seq: int) -> list[ctypes.c_void_p]:
+    """The stages that change logits token by token: logit bias, penalties, DRY."""
     stages = []
-    if p.grammar and with_grammar:
-        stages.append(grammar_sampler(model, p.grammar))
     if p.logit_bias:
         biases = (llama_cpp.llama_logit_bias * len(p.logit_bias))()
         for i, (token, bias) in enumerate(p.logit_bias):
@@ -480,9 +509,14 @@ def _sampler_stages(
                 len(p.dry_sequence_breakers),
             )
         )
+    return stages
+
+
+def _draw_stages(model: LlamaModel, p: SamplingParams) -> list[ctypes.c_void_p]:
+    """The stages that choose: greedy, or truncation (top-k first), temperature and the draw."""
     if p.greedy:
-        stages.append(llama_cpp.llama_sampler_init_greedy())
-        return stages
+        return [llama_cpp.llama_sampler_init_greedy()]
+    stages = []
     min_keep = p.min_keep
     if p.mirostat == 0:
         if p.top_k > 0:
