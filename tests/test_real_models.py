@@ -491,7 +491,7 @@ def test_stochastic_grammar_draws_what_the_grammar_first_chain_draws(
         sampler = getattr(inner(session).state.sampler, "top_k", None)
         assert isinstance(sampler, TopKGrammarSampler)
         assert inner(session).output_tokens == expected
-        assert sampler.fast_steps > 0, "the path under test: top-k's tokens alone"
+        assert sampler.fast_steps > 0 and sampler.full_steps > 0, "both paths: top-k's tokens alone, and the mask"
 
 
 # -- embeddings ----------------------------------------------------------------------------

@@ -222,7 +222,8 @@ class TopKGrammarSampler:
         self.fast_steps = 0
         """Steps that ran the chain on the top-k allowed tokens alone."""
         self.full_steps = 0
-        """Steps that masked the whole vocabulary (fewer than k allowed tokens, or ties at the k-th)."""
+        """Steps that ran the chain on the whole masked vocabulary (fewer than k allowed tokens, found by
+        testing every token once, or equal logits at the k-th place)."""
 
     def sample(self, ctx: Any, batch_index: int) -> int:
         """The token the grammar-first chain would draw; every sampler accepts it."""
@@ -234,13 +235,8 @@ class TopKGrammarSampler:
             llama_cpp.llama_sampler_apply(self.pre, candidates.ref)
         size = candidates.array.size
         logits = candidates.data["logit"][:size]
-        kept = self._top_allowed(logits, candidates.data["id"][:size])
-        if kept is None:
-            self.full_steps += 1
-            llama_cpp.llama_sampler_apply(self.grammar, candidates.ref)
-            llama_cpp.llama_sampler_apply(self.tail, candidates.ref)
-            token = candidates.selected()
-        else:
+        kept, every_token_tested = self._top_allowed(logits, candidates.data["id"][:size])
+        if kept is not None and not every_token_tested:
             self.fast_steps += 1
             chosen = np.array(candidates.data[kept])  # a copy: the tail sorts and cuts its own array
             array = llama_cpp.llama_token_data_array(
@@ -250,19 +246,29 @@ class TopKGrammarSampler:
             if not 0 <= array.selected < array.size:
                 raise RuntimeError("the sampler chain selected no token")
             token = int(chosen["id"][array.selected])
+        else:
+            self.full_steps += 1
+            if kept is not None:  # every token was tested: mask the refused ones, as the grammar would
+                refused = np.ones(size, dtype=bool)
+                refused[kept] = False
+                logits[refused] = -np.inf
+            else:
+                llama_cpp.llama_sampler_apply(self.grammar, candidates.ref)
+            llama_cpp.llama_sampler_apply(self.tail, candidates.ref)
+            token = candidates.selected()
         for sampler in (self.grammar, self.pre, self.tail):
             if sampler is not None:
                 llama_cpp.llama_sampler_accept(sampler, token)
         return token
 
-    def _top_allowed(self, logits: np.ndarray, ids: np.ndarray) -> np.ndarray | None:
+    def _top_allowed(self, logits: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray | None, bool]:
         """The array indices of the k highest allowed logits, if they are certain to be what top-k keeps
-        after the grammar (at least k allowed, all finite, no equal logits among them or at the k-th)."""
+        after the grammar (at least k allowed, all finite, no equal logits among them or at the k-th);
+        with fewer than k allowed, every allowed index (all were tested: the second value is True);
+        None where the chain must see the grammar's own mask."""
         import numpy as np
 
         n, k = len(logits), self.top_k
-        if k >= n:
-            return None
         tested_above = np.inf
         allowed: list[np.ndarray] = []
         count = 0
@@ -275,21 +281,18 @@ class TopKGrammarSampler:
                 allowed.append(found)
                 count += len(found)
             if width >= n:
-                break
+                return (np.concatenate(allowed) if allowed else np.zeros(0, dtype=np.int64)), True
             tested_above = threshold
             width *= 8
-        if count < k:
-            return None
         indices = np.concatenate(allowed)
         order = indices[np.argsort(-logits[indices], kind="stable")]
         values = logits[order]
         kth = values[k - 1]
         if not np.isfinite(kth) or (len(values) > k and values[k] == kth):
-            return None  # top-k would keep -inf tokens, or its choice among equals is not fixed
-        top = values[:k]
-        if len(np.unique(top)) < k:
-            return None  # equal logits among the kept: their order after top-k's sort is not fixed
-        return order[:k]
+            return None, False  # top-k would keep -inf tokens, or its choice among equals is not fixed
+        if len(np.unique(values[:k])) < k:
+            return None, False  # equal logits among the kept: their order after top-k's sort is not fixed
+        return order[:k], False
 
     def _allowed(self, indices: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """The array indices among ``indices`` whose tokens the grammar allows now."""
