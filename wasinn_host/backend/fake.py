@@ -200,6 +200,14 @@ class FakeContext:
         """Drop the sequence's cells from ``start`` on."""
         del self._cells[seq_id][start:]
 
+    def seq_copy(self, src: int, dst: int) -> None:
+        """Replace ``dst``'s cells by a copy of ``src``'s."""
+        self._cells[dst] = list(self._cells[src])
+
+    def seq_length(self, seq_id: int) -> int:
+        """Cells the sequence holds."""
+        return len(self._cells[seq_id])
+
     def state_get(self, seq_id: int) -> memoryview:
         """The sequence's tokens as 32-bit integers (the fake KV state)."""
         return memoryview(array("i", self._cells[seq_id]).tobytes())

@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping
 import orjson
 
 from .errors import ErrorKind, WasiNNError, invalid
+from .ngram_drafts import SPEC_TYPES
 from .params import DEFAULT_SEED, ContextParams, ModelParams, PromptOptions, SamplingParams, StopParams  # noqa: F401
 from .preload import Target
 from .prompt_cache import valid_entry_name
@@ -142,6 +143,12 @@ _KEYS: tuple[KeySpec, ...] = (
         ">= -1 (-1 none, 0 max-abs, 1 taxicab, 2 L2, >2 p-norm)",
     ),
     KeySpec("image", str, "options", "image"),
+    KeySpec("spec-type", str, "options", "spec_type", _one_of(*SPEC_TYPES), " or ".join(SPEC_TYPES)),
+    KeySpec("draft-max", int, "options", "draft_max", _between(0, 1024), "0 to 1024"),
+    KeySpec("draft-min", int, "options", "draft_min", _between(0, 1024), "0 to 1024"),
+    _prob("draft-p-min", "options", "draft_p_min"),
+    KeySpec("spec-ngram-size-n", int, "options", "spec_ngram_size_n", _between(1, 1024), "1 to 1024"),
+    KeySpec("spec-ngram-size-m", int, "options", "spec_ngram_size_m", _between(1, 1024), "1 to 1024"),
     KeySpec(
         "path-prompt-cache",
         str,
@@ -159,7 +166,8 @@ MODEL_KEY_NAMES: Mapping[str, str] = {spec.field: spec.name for spec in _KEYS if
 
 
 # Other spellings of the same keys: the original wasi_nn_backend design's names (after
-# "_" -> "-"), llama.cpp server names, and WasmEdge's misspelling.
+# "_" -> "-"), llama.cpp server names (``speculative.n_max`` as its request field), WasmEdge's names
+# and misspelling.
 ALIASES: Mapping[str, str] = {
     "temperature": "temp",
     "penalty-last-n": "last-n-penalty",
@@ -180,6 +188,15 @@ ALIASES: Mapping[str, str] = {
     "context-shifting": "ctx-shift",
     "context-shift": "ctx-shift",
     "embeddings": "embedding",
+    "draft": "draft-max",
+    "draft-n": "draft-max",
+    "draft-n-min": "draft-min",
+    "speculative.n-max": "draft-max",
+    "speculative.n-min": "draft-min",
+    "speculative.p-min": "draft-p-min",
+    "n-max-speculative": "draft-max",
+    "n-min-speculative": "draft-min",
+    "p-min-speculative": "draft-p-min",
 }
 # The nested form: {"sampling": {...}, "stopping": {...}, "memory": {...}}
 SECTIONS = ("sampling", "stopping", "memory", "model")

@@ -25,6 +25,7 @@ from .errors import ErrorKind, WasiNNError, invalid
 from .generation import GenerationRequest, GenerationResult, StopReason
 from .images import place_image, split_inline_images
 from .limits import Limits
+from .ngram_drafts import draft_settings
 from .params import ContextParams, ModelParams
 from .registry import LoadedModel, ModelRegistry
 from .utf8_pieces import PieceJoiner
@@ -262,6 +263,7 @@ class InferenceContext:
             ctx_shift=options.ctx_shift,
             n_keep=options.n_keep,
             max_output_bytes=self.limits.max_output_bytes,
+            drafts=draft_settings(options),
             images=tuple(self.image_prompt.spans.values()) if self.image_prompt is not None else (),
             **kwargs,
         )
@@ -319,6 +321,8 @@ class InferenceContext:
             else 0.0,
             reused_tokens=result.reused_tokens,
         )
+        if result.drafted_tokens:
+            meta.update(draft_tokens=result.drafted_tokens, accepted_draft_tokens=result.accepted_tokens)
         if result.probs:
             piece = self.model.weights.piece
             meta["probs"] = [

@@ -7,11 +7,19 @@ The worker owns the inference context.  Other threads never touch it: they submi
 1. **admits** waiting jobs to a slot (one sequence id of the context), highest priority
    first, preferring the slot that already holds the longest prefix of the job's tokens,
    and trims that slot's KV cache from the first differing token (so a repeated prompt
-   prefix is not decoded again);
+   prefix is not decoded again).  A prefix that another sequence holds is copied from it
+   (``seq_copy``) instead of decoded; a job whose prefix another job is decoding right now
+   waits for it (see :meth:`ModelWorker._follows`);
 2. **plans** one batch: one token for every generating job, then prompt chunks, at most
-   ``n_batch`` tokens, in sequence-id order;
+   ``n_batch`` tokens, in sequence-id order; a job with speculation on adds draft tokens
+   (:mod:`.ngram_drafts`, as many as :mod:`.draft_budget` finds worth their cost);
 3. **decodes** it;
-4. **samples** every job whose tokens are all decoded, and **applies its stop rules**.
+4. **samples** every job whose tokens are all decoded, and **applies its stop rules**; a
+   draft is **verified** on the way: the job samples at each draft position in turn, as
+   plain decoding would, and keeps the draft while the sampled tokens match it (the first
+   token that differs is the next to decode; the cells after it are dropped).  Every token
+   is the sampler's own choice from the same logits, so greedy and seeded outputs are the
+   ones plain decoding gives and sampling keeps its distribution.
 
 ``compute`` is one job with ``limit = n-predict``; each streaming step is one job with
 ``limit = 1`` whose tokens include the previously sampled ones.
@@ -27,13 +35,26 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .draft_budget import (
+    PRIOR_ACCEPTANCE,
+    DecodeCost,
+    backoff,
+    draft_length,
+    recovered_acceptance,
+    updated_acceptance,
+)
 from .errors import ErrorKind, WasiNNError
 from .generation import GenerationRequest, GenerationResult, StopReason
+from .ngram_drafts import NgramDrafter, match_acceptance
 from .params import SamplingParams
 from .prompt_cache import ModelPromptCache, Prefetched, log_ignored_name
 from .runtime import Context, Model, Sampler
 
 log = logging.getLogger("wasinn_host")
+
+MIN_SHARED_PREFIX = 32
+"""Prompt tokens another sequence must hold beyond a job's own before they are copied (or waited for)
+instead of decoded: a copy moves the whole sequence's cache."""
 
 Grow = Callable[[int], "Callable[[], Context] | None"]
 """For up to that many sequences: a maker of a bigger inference context (called once the old one is
@@ -81,6 +102,18 @@ class Job:
     """The request's images by start index (see ``GenerationRequest.images``)."""
     cached: Prefetched | None = None
     """A prompt-cache entry read for this job before it was queued (restored when it starts)."""
+    follows: tuple[Job, int] | None = None
+    """While waiting: the running job decoding this many of its first tokens (copied once decoded)."""
+    drafter: NgramDrafter | None = None
+    draft: list[int] = field(default_factory=list)
+    """Draft tokens decoded after the job's pending ones in this step (``drafts`` requests only)."""
+    draft_indices: list[int] = field(default_factory=list)
+    """Batch indices with logits: the last pending token's, then each draft token's."""
+    acceptance: float = PRIOR_ACCEPTANCE
+    misses: int = 0
+    """Drafts in a row of which no token was accepted."""
+    skip: int = 0
+    """Matches to pass over before the next draft (``2 ** misses - 1`` after a miss)."""
 
     @property
     def pending(self) -> int:
@@ -141,6 +174,14 @@ class ModelWorker:
         self.requests = 0
         self.rejected = 0
         self.reused_tokens = 0
+        self.prompt_tokens_decoded = 0
+        self.shared_prefix_tokens = 0
+        self.drafted_tokens = 0
+        self.accepted_draft_tokens = 0
+        self.decode_cost = DecodeCost()
+        self._copy_sources: set[int] = set()  # sequence ids llama.cpp copies from at the next decode
+        self._copy_targets: set[int] = set()  # ... and into
+        self._pending_copies: list[tuple[int, int, int]] = []  # (source, target, first position dropped)
         self._submitted = 0
         self._thread = threading.Thread(target=self._run, name=f"wasinn-model-{name}", daemon=True)
         self._thread.start()
@@ -234,6 +275,8 @@ class ModelWorker:
 
     def _do_releases(self) -> None:
         for state in self._releases:
+            for job in [j for j in self._active if j.state is state]:  # closed mid-computation
+                self._finish(job, StopReason.FINALISED)
             if state.slot is not None and state.slot.owner is state:
                 state.slot.owner = None
             if state.sampler is not None:
@@ -249,8 +292,8 @@ class ModelWorker:
         now = time.perf_counter()
         for job in sorted(self._waiting, key=lambda j: (-j.request.priority, j.order)):
             timeout_ms = job.request.queue_timeout_ms
-            if job.state.cancelled:
-                self._finish(job, StopReason.CANCELLED)
+            if job.state.cancelled or job.state.closed:
+                self._finish(job, StopReason.CANCELLED if job.state.cancelled else StopReason.FINALISED)
             elif timeout_ms and (now - job.t_start) * 1000.0 > timeout_ms:
                 log.warning(
                     "model %s: a request waited more than queue-timeout-ms=%d for a free sequence; answered Busy",
@@ -260,7 +303,7 @@ class ModelWorker:
                 self._finish(job, StopReason.QUEUE_TIMEOUT)
             elif still_waiting and not self._has_free_slot():
                 still_waiting.append(job)
-            elif (slot := self._pick_slot(job)) is None:
+            elif (slot := self._pick_slot(job)) is None or self._follows(job, slot):
                 still_waiting.append(job)
             else:
                 self._start(job, slot)
@@ -273,20 +316,35 @@ class ModelWorker:
         """More contexts compute than there are sequences: move to a bigger inference context.
 
         ``grow`` (from the registry) makes one with room for up to ``wanted`` sequences within the
-        KV budget and llama.cpp's limits, or returns None.  The caches move over empty: running jobs
-        re-decode their tokens in the next batches, idle contexts their prompts when they next run.
+        KV budget and llama.cpp's limits, or returns None.  Each sequence's used cells move over
+        (``llama_state_seq_get_data`` / ``set_data``, through host memory, so the old and the new cache
+        are never in memory together); a copy of a shared prefix not made yet is made again.  A sequence
+        llama.cpp does not take back starts empty (its job re-decodes its tokens).
         """
         assert self._grow is not None
         make_bigger = self._grow(wanted)
         if make_bigger is None:
             self._grow = None  # at the cap: the rest wait in the queue
             return
+        saved = [
+            (slot, self.context.state_get(slot.seq_id))
+            for slot in self.slots
+            if slot.kv and slot.seq_id not in self._copy_targets
+        ]
         self._batch.close()
-        self.context.close()  # first, so the old and the new cache are never in memory together
+        self.context.close()
         bigger = make_bigger()
         self.context, self._batch = bigger, bigger.new_batch()
         for slot in self.slots:
-            slot.kv.clear()
+            if slot.seq_id in self._copy_targets:
+                continue
+            data = next((d for s, d in saved if s is slot), None)
+            if data is None or not self.context.state_set(slot.seq_id, data):
+                slot.kv.clear()
+        for source, target, position in self._pending_copies:
+            self.context.seq_copy(source, target)
+            self.context.seq_rm(target, position)
+        del saved
         self.slots += [Slot(i) for i in range(len(self.slots), bigger.n_seq)]
         self.growths += 1
         log.info("model %s: %d contexts computing at once; now %d sequences", self.name, wanted, bigger.n_seq)
@@ -325,7 +383,9 @@ class ModelWorker:
         job.state.slot = slot
         job.slot = slot
         job.result.reused_tokens = self._trim_kv(job, slot)
-        self._restore_prefix(job, slot)
+        if slot.seq_id not in self._copy_sources:  # a copy's source keeps its cells until the decode
+            self._restore_prefix(job, slot)
+        self._copy_prefix(job, slot)
         self.reused_tokens += job.result.reused_tokens
         try:
             self._prepare_sampler(job)
@@ -342,6 +402,61 @@ class ModelWorker:
             self.context.seq_rm(slot.seq_id, job.position(keep))  # the kept prefix is the job's own
             del slot.kv[keep:]
         return keep
+
+    def _donor(self, job: Job, slot: Slot, have: int) -> tuple[Slot | None, int]:
+        """The sequence other than ``slot`` holding the longest usable prefix of the job's tokens, longer
+        than ``have``, and that prefix's length (``None, have`` if there is none)."""
+        best: Slot | None = None
+        best_len = have
+        for other in self.slots:
+            if other is slot or not other.kv or other.seq_id in self._copy_targets:
+                continue
+            shared = self._reusable(job, other)
+            if shared > best_len:
+                best, best_len = other, shared
+        return best, best_len
+
+    def _copy_prefix(self, job: Job, slot: Slot) -> None:
+        """Copy the prefix of the job's tokens another sequence holds, if it is longer than the slot's own
+        by :data:`MIN_SHARED_PREFIX` (llama.cpp copies the cells at the next decode)."""
+        if slot.seq_id in self._copy_sources:
+            return
+        donor, shared = self._donor(job, slot, len(slot.kv))
+        if donor is None or shared - len(slot.kv) < MIN_SHARED_PREFIX:
+            return
+        self.context.seq_copy(donor.seq_id, slot.seq_id)
+        self.context.seq_rm(slot.seq_id, job.position(shared))
+        self._pending_copies.append((donor.seq_id, slot.seq_id, job.position(shared)))
+        self._copy_sources.add(donor.seq_id)
+        self._copy_targets.add(slot.seq_id)
+        self.shared_prefix_tokens += shared - len(slot.kv)
+        slot.kv[:] = donor.kv[:shared]
+        job.result.reused_tokens = shared
+
+    def _follows(self, job: Job, slot: Slot) -> bool:
+        """Whether the job waits for a running job that is decoding a prefix they share (by
+        :data:`MIN_SHARED_PREFIX` more than any sequence holds now): it then copies that prefix
+        instead of decoding it a second time beside it."""
+        request = job.request
+        if not request.cache_prompt or request.embed:
+            return False
+        if job.follows is None:
+            held = self._donor(job, slot, self._reusable(job, slot))[1]
+            leader, shared = None, 0
+            for other in self._active:
+                if other.slot is None or other.request.embed:
+                    continue
+                common = min(common_prefix(other.tokens, job.tokens), len(job.tokens) - 1)
+                if common > shared and common - held >= MIN_SHARED_PREFIX and len(other.slot.kv) < common:
+                    leader, shared = other, common
+            if leader is None:
+                return False
+            job.follows = (leader, shared)
+        leader, shared = job.follows
+        if leader in self._active and leader.slot is not None and len(leader.slot.kv) < shared:
+            return True
+        job.follows = None  # decoded (or ended): start, copying what is there
+        return False
 
     def _prefetch(self, job: Job) -> None:
         """On the caller's thread: read the prompt-cache entry that would save this job the most
@@ -439,8 +554,43 @@ class ModelWorker:
             take = min(pending, budget)
             budget -= take
             planned.append((job, take))
+        self._plan_drafts(planned, budget)
         planned.sort(key=lambda item: item[0].slot.seq_id if item[0].slot else 0)
         return planned
+
+    def _plan_drafts(self, planned: list[tuple[Job, int]], budget: int) -> None:
+        """Set ``draft`` of each job with speculation on that samples after this batch: as many drafted
+        tokens as :func:`~.draft_budget.draft_length` finds worth their cost, within the batch, the
+        context and ``n-predict``."""
+        sampling = [job for job, take in planned if take == job.pending and not job.request.embed]
+        share = self.decode_cost.per_token_share(sum(take for _, take in planned))
+        for job in sampling:
+            settings, request = job.request.drafts, job.request
+            if settings is None or request.streaming:
+                continue
+            room = min(
+                settings.n_max,
+                settings.ngram_m,
+                budget,
+                self.n_ctx_seq - len(job.tokens),  # accepted tokens never need a context shift
+                request.limit - len(job.result.generated) - 1,
+            )
+            if job.drafter is None:
+                after_images = max((span.start + span.n_tokens for span in job.images.values()), default=0)
+                job.drafter = NgramDrafter(settings.ngram_n, after_images)
+            draft, matched = job.drafter.draft(job.tokens, room)
+            if not draft:
+                continue
+            if job.skip > 0:
+                job.skip -= 1
+                continue
+            chance = min(job.acceptance, match_acceptance(matched))
+            wanted = draft_length(chance, share, len(sampling), settings.p_min, len(draft))
+            if wanted <= 0:
+                job.acceptance = recovered_acceptance(job.acceptance)
+            elif wanted >= settings.n_min:
+                job.draft = draft[:wanted]
+                budget -= wanted
 
     def _fill_batch(self, planned: list[tuple[Job, int]]) -> list[Job]:
         batch = self._batch
@@ -463,7 +613,15 @@ class ModelWorker:
                 at = start + offset
                 index = batch.add(job.tokens[at], at - shift, slot.seq_id, last and offset == take - 1)
             slot.kv.extend(job.tokens[start : start + take])
+            self.prompt_tokens_decoded += max(0, min(start + take, len(job.request.tokens)) - start)
             job.logits_index = index if last else -1
+            if job.draft and last:
+                at = start + take - shift
+                job.draft_indices = [index]
+                job.draft_indices += [batch.add(t, at + i, slot.seq_id, True) for i, t in enumerate(job.draft)]
+                slot.kv.extend(job.draft)
+            else:
+                job.draft = []
             in_batch.append(job)
         return in_batch
 
@@ -496,7 +654,12 @@ class ModelWorker:
     def _decode(self, in_batch: list[Job]) -> bool:
         """Run the batch; on failure, free the jobs' cells and fail them."""
         n_tokens = self._batch.n
+        began = time.perf_counter()
         rc = self.context.decode(self._batch)
+        self.decode_cost.record(n_tokens, time.perf_counter() - began)
+        self._copy_sources.clear()
+        self._copy_targets.clear()
+        self._pending_copies.clear()
         self.decode_calls += 1
         self.decoded_tokens += n_tokens
         self.sequences_decoded += len(in_batch)
@@ -523,12 +686,54 @@ class ModelWorker:
         if len(job.result.generated) >= job.request.limit:  # n-predict 0: prompt only
             self._finish(job, StopReason.LIMIT)
             return
+        if job.draft:
+            self._verify_draft(job)
+            return
         token, piece = self._sample_token(job)
         stop = self._stream_stop(job, token) if job.request.streaming else self._stop_rule(job, token, piece)
         if stop is None:
             job.tokens.append(token)  # decoded in the next batch
         else:
             self._finish(job, stop)
+
+    def _verify_draft(self, job: Job) -> None:
+        """Sample at the last pending token and at each draft token in turn while the draft matches the
+        sampled tokens, applying the stop rules to each; drop the cells of the draft tokens not kept."""
+        draft, indices, slot = job.draft, job.draft_indices, job.slot
+        assert slot is not None
+        job.draft, job.draft_indices = [], []
+        base = len(slot.kv) - len(draft)  # cells up to the last pending token
+        accepted = 0
+        for i, index in enumerate(indices):
+            job.logits_index = index
+            token, piece = self._sample_token(job)
+            matched = i < len(draft) and token == draft[i]
+            accepted += matched
+            if not matched:  # before the stop rules: a context shift sees the kept cells only
+                self._drop_cells(job, base + accepted)
+            stop = self._stop_rule(job, token, piece)
+            if stop is not None:
+                self._drop_cells(job, base + accepted)
+                self._finish(job, stop)
+                break
+            job.tokens.append(token)
+            if not matched:
+                break
+        job.acceptance = updated_acceptance(job.acceptance, len(draft), accepted)
+        job.misses = 0 if accepted else job.misses + 1
+        job.skip = backoff(job.misses)
+        job.result.drafted_tokens += len(draft)
+        job.result.accepted_tokens += accepted
+        self.drafted_tokens += len(draft)
+        self.accepted_draft_tokens += accepted
+
+    def _drop_cells(self, job: Job, keep: int) -> None:
+        """Drop the slot's cells after the first ``keep`` (draft tokens not kept)."""
+        slot = job.slot
+        assert slot is not None
+        if len(slot.kv) > keep:
+            self.context.seq_rm(slot.seq_id, job.position(keep))
+            del slot.kv[keep:]
 
     def _sample_token(self, job: Job) -> tuple[int, bytes]:
         """Sample one token, record it (and its alternatives with ``n-probs``), return it and its bytes."""
@@ -594,6 +799,7 @@ class ModelWorker:
         self.context.seq_shift(slot.seq_id, n_keep, n_discard)
         del slot.kv[n_keep : n_keep + n_discard]
         del job.tokens[n_keep : n_keep + n_discard]
+        job.drafter = None  # indexed the tokens before the shift
         job.images = {}  # all decoded by now, and their start indices no longer hold
         return True
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .errors import WasiNNError
+from .ngram_drafts import DraftSettings
 from .params import SamplingParams, StopParams
 
 
@@ -68,6 +69,8 @@ class GenerationRequest:
     embed: bool = False
     """Embedding mode: decode the prompt and return its embedding instead of sampling."""
     on_piece: Callable[[bytes], None] | None = None
+    drafts: DraftSettings | None = None
+    """Speculative decoding with prompt-lookup drafts (``spec-type``); None: off."""
     images: tuple[Any, ...] = ()
     """The prompt's images (``vision.ImageSpan``: start index, token count, libmtmd chunk); their
     positions in ``tokens`` hold placeholder ids, decoded as one image each."""
@@ -86,3 +89,7 @@ class GenerationResult:
     prompt_ms: float = 0.0
     generation_ms: float = 0.0
     reused_tokens: int = 0
+    drafted_tokens: int = 0
+    """Draft tokens verified (speculative decoding)."""
+    accepted_tokens: int = 0
+    """Draft tokens that matched the sampled ones."""

@@ -293,6 +293,16 @@ class LlamaContext:
         """Drop the sequence's cells from position ``start`` on."""
         llama_cpp.llama_memory_seq_rm(self.memory, seq_id, start, -1)
 
+    def seq_copy(self, src: int, dst: int) -> None:
+        """Replace ``dst``'s cells by a copy of ``src``'s.  Each sequence has its own stream (``kv_unified``
+        off), so llama.cpp copies the whole stream's buffers at the next decode; it accepts nothing but
+        the whole range there (any other aborts the process), so callers trim ``dst`` afterwards."""
+        llama_cpp.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
+
+    def seq_length(self, seq_id: int) -> int:
+        """Cells the sequence holds (``llama_memory_seq_pos_max`` + 1)."""
+        return int(llama_cpp.llama_memory_seq_pos_max(self.memory, seq_id)) + 1
+
     def state_get(self, seq_id: int) -> memoryview:
         """The KV state of one sequence (``llama_state_seq_get_data``)."""
         size = llama_cpp.llama_state_seq_get_size(self.ptr, seq_id)

@@ -111,6 +111,13 @@ class PromptOptions:
     embd_normalize: int = 2
     image: str = ""
     """An image file for the next prompt, as the guest named it (its front end resolves and reads it)."""
+    spec_type: str = "none"
+    """Speculative decoding: ``none`` or ``ngram-simple`` (prompt-lookup drafts)."""
+    draft_max: int = 16
+    draft_min: int = 0
+    draft_p_min: float = 0.0
+    spec_ngram_size_n: int = 3
+    spec_ngram_size_m: int = 48
     path_prompt_cache: str = ""
     """The entry of the host's prompt cache this context's prompts are saved under (a name inside the
     cache directory, never a host path; "" = named by content; ignored without a cache)."""

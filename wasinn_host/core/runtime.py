@@ -128,6 +128,12 @@ class Context(Protocol):
     def seq_rm(self, seq_id: int, start: int) -> None:
         """Drop a sequence's cells from ``start`` on."""
 
+    def seq_copy(self, src: int, dst: int) -> None:
+        """Replace ``dst``'s cells by a copy of all of ``src``'s (shared prompt prefixes)."""
+
+    def seq_length(self, seq_id: int) -> int:
+        """Cells the sequence holds (its highest position + 1; 0 if empty)."""
+
     def state_get(self, seq_id: int) -> memoryview:
         """The KV state of one sequence (for the prompt cache)."""
 

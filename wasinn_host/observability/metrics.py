@@ -18,6 +18,10 @@ _MODEL_COUNTERS = {
     "generated_tokens": "Tokens generated",
     "decoded_tokens": "Tokens decoded (prompt and generated)",
     "reused_prompt_tokens": "Prompt tokens reused from the KV cache",
+    "prompt_tokens_decoded": "Prompt tokens decoded",
+    "shared_prefix_tokens": "Prompt tokens copied from another sequence instead of decoded",
+    "draft_tokens": "Draft tokens verified (speculative decoding)",
+    "accepted_draft_tokens": "Draft tokens accepted",
     "decode_calls": "llama_decode calls",
 }
 

@@ -55,6 +55,10 @@ def _model_entry(model: "LoadedModel") -> dict[str, Any]:
         "generated_tokens": worker.generated_tokens,
         "decoded_tokens": worker.decoded_tokens,
         "reused_prompt_tokens": worker.reused_tokens,
+        "prompt_tokens_decoded": worker.prompt_tokens_decoded,
+        "shared_prefix_tokens": worker.shared_prefix_tokens,
+        "draft_tokens": worker.drafted_tokens,
+        "accepted_draft_tokens": worker.accepted_draft_tokens,
         "decode_calls": worker.decode_calls,
         "sequences_per_decode": round(worker.sequences_decoded / worker.decode_calls, 3)
         if worker.decode_calls
