@@ -342,8 +342,11 @@ class ModelWorker:
             if data is None or not self.context.state_set(slot.seq_id, data):
                 slot.kv.clear()
         for source, target, position in self._pending_copies:
-            self.context.seq_copy(source, target)
-            self.context.seq_rm(target, position)
+            if self.slots[source].kv:
+                self.context.seq_copy(source, target)
+                self.context.seq_rm(target, position)
+            else:  # the source did not move over: the copy decodes its tokens after all
+                self.slots[target].kv.clear()
         del saved
         self.slots += [Slot(i) for i in range(len(self.slots), bigger.n_seq)]
         self.growths += 1

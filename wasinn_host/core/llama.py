@@ -312,7 +312,9 @@ class LlamaContext:
 
     def state_set(self, seq_id: int, data: memoryview) -> bool:
         """Load a sequence's KV state (``llama_state_seq_set_data``, read in place from a writable
-        buffer); False if llama.cpp refuses it (another layout, no room)."""
+        buffer); False if llama.cpp refuses it (another layout, no room).  State saved by a context with
+        another number of sequences (one KV stream each) is given this context's stream count first."""
+        data = restreamed(data, self.n_seq, self.model)
         size = len(data)
         buf = (ctypes.c_ubyte * size).from_buffer(data)
         return size > 0 and int(llama_cpp.llama_state_seq_set_data(self.ptr, buf, size, seq_id)) == size
@@ -340,6 +342,33 @@ class LlamaContext:
         if self.ptr:
             llama_cpp.llama_free(self.ptr)
             self.ptr = None
+
+
+_STATE_STREAMS_AT = 8
+"""Where a sequence state's stream count starts (after llama.cpp's 8-byte header)."""
+
+
+def restreamed(data: memoryview, n_stream: int, model: LlamaModel) -> memoryview:
+    """One sequence's KV state for a context of ``n_stream`` streams.  llama.cpp writes the stream count,
+    then per stream a cell count (0 for every stream but the sequence's) and that stream's cells, and
+    refuses another count on reading; for a model with one KV cache (no sliding window: an iSWA model
+    writes two caches, which this leaves alone) the count is rewritten and the missing streams added
+    as empty, or dropped if they are empty."""
+    at = _STATE_STREAMS_AT
+    if len(data) < at + 4 or llama_cpp.llama_model_n_swa(model.ptr) > 0:
+        return data
+    saved = int.from_bytes(data[at : at + 4], "little")
+    if saved == n_stream or not 0 < saved <= 4096:
+        return data
+    body = bytes(data[at + 4 :])
+    if saved > n_stream:
+        extra = (saved - n_stream) * 4
+        if len(body) < extra or any(body[len(body) - extra :]):
+            return data
+        body = body[: len(body) - extra]
+    else:
+        body += bytes(4 * (n_stream - saved))
+    return memoryview(bytearray(bytes(data[:at]) + n_stream.to_bytes(4, "little") + body))
 
 
 def kv_cache_bytes(model: LlamaModel, n_ctx: int) -> int:

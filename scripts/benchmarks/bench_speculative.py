@@ -1,0 +1,325 @@
+"""Benchmark: speculative decoding with prompt-lookup drafts against plain decoding.
+
+In one run, on one real model (greedy, ``ctx-size`` 1024, ``cache-prompt`` false, every other key
+at its default, so it measures what a user gets), ``guest_examples/complete.wasm`` runs through one
+:class:`wasinn_host.WasiNN` (module compiled once, model loaded once) on three workloads:
+
+* **repeat**: the answer repeats a ~100-word passage of the prompt (chat template for smollm2, a
+  "the same notice again" continuation for the base model gemma3), ``n-predict`` T;
+* **fresh**: a short story prompt whose answer repeats nothing of it, ``n-predict`` T;
+* **guests**: 8 guests started together (threads + barrier), each the repeat workload with its own
+  passage; aggregate tokens/s = all generated tokens / wall time from the common start to the last
+  guest's exit (instantiation and prompts included).
+
+Each workload alternates plain and speculative (``"spec-type": "ngram-simple"``) runs ``--runs``
+times (which goes first alternates too) and prints the median tokens/s of each arm (single guest:
+the metadata's ``tokens_per_second``, generated tokens/s after the first token), the ratio
+speculative/plain of the medians with the spread (min-max) of the per-pair ratios, the drafted and
+accepted draft tokens (metadata ``draft_tokens``/``accepted_draft_tokens``, medians per run), and
+whether the speculative text equals the plain text ("identical" or "differs at byte K"; with 8
+guests the batches' make-up, which varies with timing, changes llama.cpp's arithmetic, so two plain
+runs can differ too).  For the
+single-guest workloads a **native reference** runs in the same loop: llama-cpp-python's low-level
+API, a greedy ``llama_decode`` loop over the same prompt and as many tokens as the plain guest
+generated (``n_ctx`` 1024, all cores, batch 512), timed from the end of the prompt decode like the
+host's figure; host-plain/native and host-speculative/native are printed.
+
+Targets (speculative/plain): repeat >= 1.5, fresh >= 0.95, 8 guests >= 1.0.
+
+Usage: ``python scripts/benchmarks/bench_speculative.py [--model smollm2|gemma3] [--runs 5] [--tokens 160]
+[--workloads repeat,fresh,guests]`` (the models are those of :mod:`wasinn_host.testing.real_models`,
+fetched once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+import wasmtime
+
+from wasinn_host import ModelRegistry, RunOptions, WasiNN
+from wasinn_host.core.llama import default_threads, init_backend
+from wasinn_host.testing.real_models import real_model_path
+
+ROOT = Path(__file__).resolve().parents[2]
+GUEST = ROOT / "guest_examples" / "complete.wasm"
+ALIAS = "m"
+N_GUESTS = 8
+N_CTX = 1024
+TARGETS = {"repeat": 1.5, "fresh": 0.95, "guests": 1.0}
+
+PASSAGES = [
+    "The City Museum is open from ten in the morning until six in the evening, Tuesday to Sunday, and until "
+    "nine on Thursdays. It is closed on Mondays and on New Year's Day. Tickets cost twelve dollars for adults "
+    "and six for students and seniors; children under twelve enter free. Guided tours of the main galleries "
+    "leave from the front desk every hour and last about forty minutes. Large bags, umbrellas and backpacks "
+    "must be left in the lockers on the lower floor, which take a one-dollar coin that is returned. The cafe "
+    "on the second floor serves coffee, soup and sandwiches until five.",
+    "The public library lends up to ten books at a time for three weeks. Books can be renewed twice online or "
+    "at the front desk unless another reader has reserved them. Late returns cost twenty cents a day. The "
+    "reading room on the first floor is quiet at all times, and phones must be silent. Printing costs ten "
+    "cents a page and is paid at the machine next to the stairs.",
+    "The swimming pool opens at six in the morning for lane swimming and at ten for families. Everyone must "
+    "shower before entering the water. Children under eight must be with an adult in the water. Towels can be "
+    "rented at the entrance for two dollars. The diving boards are open only when a lifeguard is standing next "
+    "to them, and running on the deck is not allowed.",
+    "Trains to the airport leave from platform four every fifteen minutes between five in the morning and "
+    "midnight. The journey takes twenty-five minutes. Tickets must be bought before boarding, from the machines "
+    "in the main hall or with the mobile app. Bicycles are allowed outside rush hours in the first carriage. "
+    "Lost property can be collected from the office next to the taxi rank.",
+    "The zoo opens at nine every day of the year. Feeding the animals is strictly forbidden, because the "
+    "keepers plan every meal. The penguins are fed at eleven and the sea lions at three, and visitors are "
+    "welcome to watch. Strollers and wheelchairs can be borrowed free of charge at the gate. Please keep to "
+    "the paths and put all rubbish in the green bins.",
+    "The botanical garden welcomes visitors from sunrise to sunset. Dogs are welcome on a short lead but may "
+    "not enter the glasshouses. Please do not pick flowers, fruit or seeds. The tropical house is kept warm "
+    "and damp, so coats can be left on the hooks at its door. Free guided walks start at the fountain at two "
+    "in the afternoon on Saturdays and Sundays.",
+    "Cinema tickets are half price on Tuesdays for every showing. Doors open twenty minutes before the film "
+    "starts, and latecomers are seated during the trailers. Food and drinks from outside are not allowed, but "
+    "the kiosk sells popcorn, ice cream and soft drinks. Seats can be chosen when booking online. Please "
+    "switch off your phone before the film begins.",
+    "The gym is open around the clock for members with a key card. New members get a free introduction with "
+    "a trainer, which can be booked at reception. Please wipe every machine after use and put the weights "
+    "back on their racks. Classes in the studio are booked through the app and can be cancelled up to two "
+    "hours before they start. Lockers are emptied every night at midnight.",
+]
+FRESH = {
+    "smollm2": "<|im_start|>user\nWrite a short story about a girl who finds a strange key in her garden.<|im_end|>\n"
+    "<|im_start|>assistant\n",
+    "gemma3": "Once upon a time, in a small village by the sea, there lived",
+}
+
+
+def repeat_prompt(model: str, passage: str) -> str:
+    if model == "gemma3":
+        return f"Here is a notice:\n\n{passage}\n\nHere is the same notice again, copied exactly:\n\n"
+    chat = "<|im_start|>user\nRepeat the following text word for word:\n\n{}<|im_end|>\n<|im_start|>assistant\n"
+    return chat.format(passage)
+
+
+# -- host ----------------------------------------------------------------------------
+
+
+@dataclass
+class HostRun:
+    wall_s: float
+    texts: list[bytes]
+    metas: list[dict[str, Any]]
+
+    def tokens_per_s(self) -> float:
+        """One guest: its metadata's figure; several: aggregate generated tokens / wall time."""
+        if len(self.metas) == 1:
+            return float(self.metas[0]["tokens_per_second"])
+        return sum(int(m["output_tokens"]) for m in self.metas) / self.wall_s
+
+    def count(self, key: str) -> int:
+        return sum(int(m.get(key, 0)) for m in self.metas)
+
+
+def host_run(
+    nn: WasiNN, module: wasmtime.Module, prompts: list[str], config: dict[str, object], workdir: Path
+) -> HostRun:
+    """Run one guest per prompt, all at once; texts (stdout) and metadata (stderr JSON) of each."""
+    n = len(prompts)
+    env = {"WASINN_CONFIG": json.dumps(config)}
+    barrier = threading.Barrier(n + 1)
+    codes: list[int | None] = [None] * n
+    ends = [0.0] * n
+    errors: list[BaseException] = []
+
+    def guest(i: int) -> None:
+        options = RunOptions(env=env, stdout=str(workdir / f"out{i}.txt"), stderr=str(workdir / f"err{i}.txt"))
+        barrier.wait()
+        try:
+            codes[i] = nn.run(module, [ALIAS, prompts[i]], options)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        ends[i] = time.perf_counter()
+
+    threads = [threading.Thread(target=guest, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = max(ends) - started
+    if errors or any(code != 0 for code in codes):
+        details = "; ".join((workdir / f"err{i}.txt").read_text().strip() for i in range(n) if codes[i] != 0)
+        raise SystemExit(f"guest failed: {errors or ''} {details}")
+    texts = [(workdir / f"out{i}.txt").read_bytes().removesuffix(b"\n") for i in range(n)]
+    metas = [json.loads((workdir / f"err{i}.txt").read_text().strip().splitlines()[-1]) for i in range(n)]
+    return HostRun(elapsed, texts, metas)
+
+
+# -- native reference ----------------------------------------------------------------
+
+
+class Native:
+    """llama-cpp-python's low-level API: greedy decode loop, one sequence (as bench_host's)."""
+
+    def __init__(self, path: Path) -> None:
+        init_backend()
+        self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), llama_cpp.llama_model_default_params())
+        if not self.model:
+            raise SystemExit(f"llama.cpp could not load {path}")
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+
+    def tokens_per_s(self, prompt: str, n_tokens: int) -> float:
+        """Generated tokens/s of ``n_tokens`` greedy tokens after ``prompt``, timed after the prompt decode."""
+        threads = default_threads()
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx, cparams.n_batch, cparams.n_threads, cparams.n_threads_batch = N_CTX, 512, threads, threads
+        ctx = llama_cpp.llama_init_from_model(self.model, cparams)
+        sampler = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_greedy())
+        text = prompt.encode()
+        buf = (llama_cpp.llama_token * (len(text) + 8))()
+        n_prompt = llama_cpp.llama_tokenize(self.vocab, text, len(text), buf, len(buf), True, True)
+        batch = llama_cpp.llama_batch_init(512, 0, 1)
+
+        def decode(tokens: list[int], start: int) -> None:
+            batch.n_tokens = len(tokens)
+            for i, tok in enumerate(tokens):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, start + i, 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = i == len(tokens) - 1
+            assert llama_cpp.llama_decode(ctx, batch) == 0
+
+        decode(list(buf[:n_prompt]), 0)
+        started = time.perf_counter()
+        for i in range(n_tokens):
+            tok = llama_cpp.llama_sampler_sample(sampler, ctx, -1)
+            if i < n_tokens - 1:
+                decode([tok], n_prompt + i)
+        elapsed = time.perf_counter() - started
+        llama_cpp.llama_batch_free(batch)
+        llama_cpp.llama_sampler_free(sampler)
+        llama_cpp.llama_free(ctx)
+        return n_tokens / elapsed
+
+    def close(self) -> None:
+        llama_cpp.llama_model_free(self.model)
+
+
+# -- workloads -----------------------------------------------------------------------
+
+
+def first_difference(a: bytes, b: bytes) -> int:
+    """The first byte index where ``a`` and ``b`` (not equal) differ."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def runs_text(values: list[float]) -> str:
+    return ", ".join(f"{v:.1f}" for v in values)
+
+
+def measure(
+    name: str, prompts: list[str], nn: WasiNN, module: wasmtime.Module, native: Native | None, args: argparse.Namespace
+) -> list[str]:
+    """Alternate plain and speculative runs of one workload; the report's lines."""
+    plain_cfg: dict[str, object] = {"temp": 0, "ctx-size": N_CTX, "n-predict": args.tokens, "cache-prompt": False}
+    spec_cfg = dict(plain_cfg, **{"spec-type": "ngram-simple"})
+    arms: dict[bool, list[HostRun]] = {False: [], True: []}
+    native_rates: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.runs):  # interleaved, the first arm alternating, so drift affects both alike
+            for speculative in (False, True) if r % 2 == 0 else (True, False):
+                arms[speculative].append(
+                    host_run(nn, module, prompts, spec_cfg if speculative else plain_cfg, Path(tmp))
+                )
+            if native is not None:
+                native_rates.append(native.tokens_per_s(prompts[0], int(arms[False][-1].metas[0]["output_tokens"])))
+    plain, spec = arms[False], arms[True]
+    p, s = [run.tokens_per_s() for run in plain], [run.tokens_per_s() for run in spec]
+    ratios = [b / a for a, b in zip(p, s)]
+    pm, sm = statistics.median(p), statistics.median(s)
+    texts = [
+        (r, g, a, b) for r, (x, y) in enumerate(zip(plain, spec)) for g, (a, b) in enumerate(zip(x.texts, y.texts))
+    ]
+    bad = [(r, g, first_difference(a, b)) for r, g, a, b in texts if a != b]
+    same = f"identical ({len(texts)} of {len(texts)} texts)"
+    if bad:
+        run, guest, at = bad[0]
+        same = f"differs at byte {at} (run {run + 1}, guest {guest + 1}; {len(bad)} of {len(texts)} texts differ)"
+    drafted = statistics.median(run.count("draft_tokens") for run in spec)
+    accepted = statistics.median(run.count("accepted_draft_tokens") for run in spec)
+    generated = statistics.median(run.count("output_tokens") for run in plain)
+    prompt_tokens = statistics.median(run.count("input_tokens") for run in plain)
+    label, unit = (name, "tokens/s after the first token") if len(prompts) == 1 else ("8 guests", "aggregate tokens/s")
+    lines = [
+        f"{label}: {prompt_tokens:.0f} prompt tokens, {generated:.0f} generated ({unit}, median of {args.runs})",
+        f"  plain          {pm:8.1f}  (runs: {runs_text(p)})",
+        f"  speculative    {sm:8.1f}  (runs: {runs_text(s)})",
+        f"  speculative/plain {sm / pm:6.2f}  (per-pair spread {min(ratios):.2f}-{max(ratios):.2f})  "
+        f"target >= {TARGETS[name]}",
+        f"  draft tokens {drafted:.0f}, accepted {accepted:.0f}"
+        + (f" ({accepted / drafted * 100:.0f} %)" if drafted else "")
+        + " per run (median)",
+        f"  speculative text vs plain: {same}",
+    ]
+    if native_rates:
+        nm = statistics.median(native_rates)
+        lines.append(
+            f"  native decode loop {nm:8.1f}  (runs: {runs_text(native_rates)});  "
+            f"host-plain/native {pm / nm:.3f}, host-speculative/native {sm / nm:.3f}"
+        )
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", choices=("smollm2", "gemma3"), default="smollm2", help="(default smollm2)")
+    parser.add_argument("--runs", type=int, default=5, help="plain/speculative pairs per workload (default 5)")
+    parser.add_argument("--tokens", type=int, default=160, help="n-predict of every guest (default 160)")
+    parser.add_argument(
+        "--workloads", default="repeat,fresh,guests", help="comma-separated: repeat, fresh, guests (default all)"
+    )
+    args = parser.parse_args()
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    if not workloads or any(w not in TARGETS for w in workloads):
+        parser.error(f"--workloads: choose from {', '.join(TARGETS)}")
+    started = time.perf_counter()
+    path = real_model_path(args.model)
+    nn = WasiNN(registry=ModelRegistry([f"{ALIAS}:GGML:AUTO:{path}"]))
+    module = nn.load_module(GUEST)
+    native = Native(path)
+    prompts = {
+        "repeat": [repeat_prompt(args.model, PASSAGES[0])],
+        "fresh": [FRESH[args.model]],
+        "guests": [repeat_prompt(args.model, p) for p in PASSAGES[:N_GUESTS]],
+    }
+    with tempfile.TemporaryDirectory() as tmp:  # warm up: load the model, grow to 8 sequences if needed
+        warm: dict[str, object] = {"temp": 0, "ctx-size": N_CTX, "n-predict": 4, "cache-prompt": False}
+        host_run(nn, module, prompts["guests" if "guests" in workloads else "repeat"], warm, Path(tmp))
+        native.tokens_per_s(prompts["repeat"][0], 4)
+    sequences = nn.status()["models"][0]["sequences"]
+    report: list[str] = []
+    for name in workloads:
+        report += measure(name, prompts[name], nn, module, None if name == "guests" else native, args)
+    native.close()
+    nn.registry.close()
+    print(
+        f"model: {path.name}; greedy, ctx-size {N_CTX}, cache-prompt false, n-predict {args.tokens}; "
+        f"speculative arm: spec-type ngram-simple (other keys default); {default_threads()} threads; "
+        f"{sequences} sequences after the warm-up"
+    )
+    for line in report:
+        print(line)
+    print(f"\ntotal time {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
