@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -138,6 +137,3 @@ def test_smollm2_answer_repeating_the_prompt(smollm2: WasiNN, sampling: dict[str
     if sampling["temp"] == 0:
         assert "twelve euros for adults" in fast and meta["accepted_draft_tokens"] >= 10
 
-
-def test_model_path_exists() -> None:
-    assert Path(real_model_path("smollm2")).stat().st_size > 0

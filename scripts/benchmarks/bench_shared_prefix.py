@@ -26,11 +26,8 @@ Usage: ``python scripts/benchmarks/bench_shared_prefix.py [--model smollm2|gemma
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,8 +35,9 @@ from typing import Any
 
 import llama_cpp
 import wasmtime
+from guests_together import run_together
 
-from wasinn_host import ModelRegistry, RunOptions, WasiNN
+from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.core.llama import init_backend
 from wasinn_host.testing.real_models import real_model_path
 
@@ -148,37 +146,17 @@ def fresh_host(engine: wasmtime.Engine, path: Path) -> WasiNN:
 
 def host_run(nn: WasiNN, module: wasmtime.Module, prompts: list[str], config: dict[str, object]) -> HostRun:
     """Run one guest per prompt, all at once; texts, metadata and the worker's counters over the run."""
-    n = len(prompts)
-    env = {"WASINN_CONFIG": json.dumps(config)}
-    barrier = threading.Barrier(n + 1)
-    codes: list[int | None] = [None] * n
-    errors: list[BaseException] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        workdir = Path(tmp)
+    before: list[int] = []
 
-        def guest(i: int) -> None:
-            options = RunOptions(env=env, stdout=str(workdir / f"out{i}.txt"), stderr=str(workdir / f"err{i}.txt"))
-            barrier.wait()
-            try:
-                codes[i] = nn.run(module, [ALIAS, prompts[i]], options)
-            except BaseException as exc:  # reported below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=guest, args=(i,)) for i in range(n)]
-        for t in threads:
-            t.start()
+    def count() -> None:
         worker = nn.registry.loaded()[0].worker if nn.registry.loaded() else None
-        decoded0, shared0 = (worker.prompt_tokens_decoded, worker.shared_prefix_tokens) if worker else (0, 0)
-        barrier.wait()
-        for t in threads:
-            t.join()
-        if errors or any(code != 0 for code in codes):
-            details = "; ".join((workdir / f"err{i}.txt").read_text().strip() for i in range(n) if codes[i] != 0)
-            raise SystemExit(f"guest failed: {errors or ''} {details}")
-        worker = worker or nn.registry.loaded()[0].worker
-        texts = [(workdir / f"out{i}.txt").read_bytes().removesuffix(b"\n") for i in range(n)]
-        metas = [json.loads((workdir / f"err{i}.txt").read_text().strip().splitlines()[-1]) for i in range(n)]
-    return HostRun(texts, metas, worker.prompt_tokens_decoded - decoded0, worker.shared_prefix_tokens - shared0)
+        before.extend((worker.prompt_tokens_decoded, worker.shared_prefix_tokens) if worker else (0, 0))
+
+    run = run_together(nn, module, ALIAS, prompts, config, count)
+    worker = nn.registry.loaded()[0].worker
+    return HostRun(
+        run.texts, run.metas, worker.prompt_tokens_decoded - before[0], worker.shared_prefix_tokens - before[1]
+    )
 
 
 def warmed(engine: wasmtime.Engine, path: Path, module: wasmtime.Module, guests: int) -> WasiNN:

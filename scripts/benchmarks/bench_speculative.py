@@ -34,11 +34,8 @@ fetched once).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,8 +43,9 @@ from typing import Any
 
 import llama_cpp
 import wasmtime
+from guests_together import run_together
 
-from wasinn_host import ModelRegistry, RunOptions, WasiNN
+from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.core.llama import default_threads, init_backend
 from wasinn_host.testing.real_models import real_model_path
 
@@ -127,40 +125,10 @@ class HostRun:
         return sum(int(m.get(key, 0)) for m in self.metas)
 
 
-def host_run(
-    nn: WasiNN, module: wasmtime.Module, prompts: list[str], config: dict[str, object], workdir: Path
-) -> HostRun:
+def host_run(nn: WasiNN, module: wasmtime.Module, prompts: list[str], config: dict[str, object]) -> HostRun:
     """Run one guest per prompt, all at once; texts (stdout) and metadata (stderr JSON) of each."""
-    n = len(prompts)
-    env = {"WASINN_CONFIG": json.dumps(config)}
-    barrier = threading.Barrier(n + 1)
-    codes: list[int | None] = [None] * n
-    ends = [0.0] * n
-    errors: list[BaseException] = []
-
-    def guest(i: int) -> None:
-        options = RunOptions(env=env, stdout=str(workdir / f"out{i}.txt"), stderr=str(workdir / f"err{i}.txt"))
-        barrier.wait()
-        try:
-            codes[i] = nn.run(module, [ALIAS, prompts[i]], options)
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-        ends[i] = time.perf_counter()
-
-    threads = [threading.Thread(target=guest, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    started = time.perf_counter()
-    for t in threads:
-        t.join()
-    elapsed = max(ends) - started
-    if errors or any(code != 0 for code in codes):
-        details = "; ".join((workdir / f"err{i}.txt").read_text().strip() for i in range(n) if codes[i] != 0)
-        raise SystemExit(f"guest failed: {errors or ''} {details}")
-    texts = [(workdir / f"out{i}.txt").read_bytes().removesuffix(b"\n") for i in range(n)]
-    metas = [json.loads((workdir / f"err{i}.txt").read_text().strip().splitlines()[-1]) for i in range(n)]
-    return HostRun(elapsed, texts, metas)
+    run = run_together(nn, module, ALIAS, prompts, config)
+    return HostRun(run.wall_s, run.texts, run.metas)
 
 
 # -- native reference ----------------------------------------------------------------
@@ -233,14 +201,11 @@ def measure(
     spec_cfg = dict(plain_cfg, **{"spec-type": "ngram-simple"})
     arms: dict[bool, list[HostRun]] = {False: [], True: []}
     native_rates: list[float] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.runs):  # interleaved, the first arm alternating, so drift affects both alike
-            for speculative in (False, True) if r % 2 == 0 else (True, False):
-                arms[speculative].append(
-                    host_run(nn, module, prompts, spec_cfg if speculative else plain_cfg, Path(tmp))
-                )
-            if native is not None:
-                native_rates.append(native.tokens_per_s(prompts[0], int(arms[False][-1].metas[0]["output_tokens"])))
+    for r in range(args.runs):  # interleaved, the first arm alternating, so drift affects both alike
+        for speculative in (False, True) if r % 2 == 0 else (True, False):
+            arms[speculative].append(host_run(nn, module, prompts, spec_cfg if speculative else plain_cfg))
+        if native is not None:
+            native_rates.append(native.tokens_per_s(prompts[0], int(arms[False][-1].metas[0]["output_tokens"])))
     plain, spec = arms[False], arms[True]
     p, s = [run.tokens_per_s() for run in plain], [run.tokens_per_s() for run in spec]
     ratios = [b / a for a, b in zip(p, s)]
@@ -300,10 +265,10 @@ def main() -> int:
         "fresh": [FRESH[args.model]],
         "guests": [repeat_prompt(args.model, p) for p in PASSAGES[:N_GUESTS]],
     }
-    with tempfile.TemporaryDirectory() as tmp:  # warm up: load the model, grow to 8 sequences if needed
-        warm: dict[str, object] = {"temp": 0, "ctx-size": N_CTX, "n-predict": 4, "cache-prompt": False}
-        host_run(nn, module, prompts["guests" if "guests" in workloads else "repeat"], warm, Path(tmp))
-        native.tokens_per_s(prompts["repeat"][0], 4)
+    # warm up: load the model, grow to 8 sequences if needed
+    warm: dict[str, object] = {"temp": 0, "ctx-size": N_CTX, "n-predict": 4, "cache-prompt": False}
+    host_run(nn, module, prompts["guests" if "guests" in workloads else "repeat"], warm)
+    native.tokens_per_s(prompts["repeat"][0], 4)
     sequences = nn.status()["models"][0]["sequences"]
     report: list[str] = []
     for name in workloads:
