@@ -136,4 +136,3 @@ def test_smollm2_answer_repeating_the_prompt(smollm2: WasiNN, sampling: dict[str
     assert fast == plain
     if sampling["temp"] == 0:
         assert "twelve euros for adults" in fast and meta["accepted_draft_tokens"] >= 10
-
