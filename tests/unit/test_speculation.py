@@ -8,7 +8,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from wasinn_host.core.draft_budget import DecodeCost, backoff, draft_length, updated_acceptance
+from wasinn_host.core.draft_budget import (
+    DecodeCost,
+    Offer,
+    backoff,
+    choose_drafts,
+    draft_length,
+    passes,
+    updated_acceptance,
+)
 from wasinn_host.core.engine import ContextState, ModelWorker
 from wasinn_host.core.generation import GenerationRequest, GenerationResult
 from wasinn_host.core.ngram_drafts import DraftSettings, NgramDrafter, draft_settings, match_acceptance
@@ -74,12 +82,53 @@ def test_draft_length_follows_cost_and_acceptance() -> None:
 
 def test_decode_cost_fit() -> None:
     cost = DecodeCost()
-    assert cost.per_token_share(1) == 0.5  # no fit yet: a token as dear as the fixed part
-    for n in (1, 2, 4, 8, 16, 1, 3):
-        cost.record(n, 0.004 + 0.006 * n)
-    assert math.isclose(cost.per_token_share(1), 0.006 / 0.010, rel_tol=1e-6)
-    cost.record(500, 10.0)  # a prompt chunk does not count
-    assert math.isclose(cost.per_token_share(1), 0.006 / 0.010, rel_tol=1e-6)
+    assert cost.fit() == (1.0, 1.0)  # no fit yet: a token as dear as a pass
+    for n, p in ((1, 1), (2, 1), (4, 1), (8, 1), (16, 1), (1, 1), (3, 1), (9, 2), (12, 3)):
+        cost.record(n, p, 0.004 * p + 0.006 * n)
+    fixed, per_token = cost.fit()
+    assert math.isclose(fixed, 0.004, rel_tol=1e-6) and math.isclose(per_token, 0.006, rel_tol=1e-6)
+    cost.record(500, 1, 10.0)  # a prompt chunk does not count
+    assert math.isclose(cost.seconds(8, 2), 0.056, rel_tol=1e-6)
+
+
+def test_passes_follow_llama_cpp_split_of_one_stream_per_sequence() -> None:
+    assert passes([(0, 1), (1, 1), (2, 1), (3, 1)]) == 1
+    assert passes([(0, 9), (1, 1), (2, 1), (3, 1)]) == 2  # 4 x 1, then sequence 0's other 8
+    assert passes([(0, 5), (1, 1), (2, 1), (3, 5)]) == 3  # sequences 0 and 3 are not consecutive
+    assert passes([(0, 3), (1, 3), (2, 3)]) == 1
+    assert passes([(0, 1), (2, 1), (4, 1)]) == 3  # gaps between sequence ids split the batch
+    assert passes([(0, 1), (1, 2), (2, 3)]) == 3
+    assert passes([]) == 0
+
+
+def _cost(fixed: float, per_token: float) -> DecodeCost:
+    cost = DecodeCost()
+    for n, p in ((1, 1), (4, 1), (8, 1), (9, 2)):
+        cost.record(n, p, fixed * p + per_token * n)
+    return cost
+
+
+def test_a_lone_context_drafts_what_pays_for_its_tokens() -> None:
+    cost = _cost(0.004, 0.006)  # plain step 10 ms, a token 6 ms: worth it while 0.95 ** j >= 0.6
+    assert choose_drafts([(0, 1)], [Offer(0, 0.95, 16)], 1, cost, 64) == {0: 9}
+    assert choose_drafts([(0, 1)], [Offer(0, 0.5, 16)], 1, cost, 64) == {}
+    assert choose_drafts([(0, 1)], [Offer(0, 0.99, 16)], 1, cost, 10) == {0: 10}  # the budget
+    assert choose_drafts([(0, 1)], [Offer(0, 0.95, 16, n_min=12)], 1, cost, 64) == {}  # draft-min
+
+
+def test_drafts_of_many_contexts_keep_the_batch_in_few_passes() -> None:
+    cost = _cost(0.020, 0.006)  # Gemma 3 on 2 cores: a pass costs about three tokens
+    base = [(s, 1) for s in range(8)]
+    # one context with a sure draft: a second pass pays for itself only with a long draft
+    assert choose_drafts(base, [Offer(3, 0.99, 2)], 8, cost, 64) == {}
+    assert choose_drafts(base, [Offer(3, 0.99, 16)], 8, cost, 64) == {3: 16}
+    # every context drafts: one common length keeps one pass
+    offers = [Offer(s, 0.99, 3 + s % 3) for s in range(8)]
+    assert choose_drafts(base, offers, 8, cost, 64) == {s: 3 for s in range(8)}
+    # free tokens (a GPU): whole drafts, as long as they add no pass
+    gpu = _cost(0.010, 0.0)
+    assert choose_drafts(base, [Offer(s, 0.9, 5) for s in range(8)], 8, gpu, 64) == {s: 5 for s in range(8)}
+    assert choose_drafts(base, [Offer(2, 0.9, 5)], 8, gpu, 64) == {}  # a pass makes 8 tokens
 
 
 def test_acceptance_and_backoff() -> None:
