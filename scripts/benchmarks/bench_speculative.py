@@ -22,7 +22,11 @@ runs can differ too).  For the
 single-guest workloads a **native reference** runs in the same loop: llama-cpp-python's low-level
 API, a greedy ``llama_decode`` loop over the same prompt and as many tokens as the plain guest
 generated (``n_ctx`` 1024, all cores, batch 512), timed from the end of the prompt decode like the
-host's figure; host-plain/native and host-speculative/native are printed.
+host's figure; host-plain/native and host-speculative/native are printed.  From the same native run
+comes the **ceiling** of prompt lookup on that answer: the decodes of 1 and 17 tokens are timed (their
+difference over 16 is what a draft token adds to a step), and the answer is replayed with each step
+drafting exactly the tokens that will be accepted (n-gram 3, ``draft-max`` 16); plain time over that
+time is the most any draft policy could gain there on this machine.
 
 Targets (speculative/plain): repeat >= 1.5, fresh >= 0.95, 8 guests >= 1.0.
 
@@ -47,6 +51,7 @@ from guests_together import run_together
 
 from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.core.llama import default_threads, init_backend
+from wasinn_host.core.ngram_drafts import DraftSettings, NgramDrafter
 from wasinn_host.testing.real_models import real_model_path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,6 +60,7 @@ ALIAS = "m"
 N_GUESTS = 8
 N_CTX = 1024
 TARGETS = {"repeat": 1.5, "fresh": 0.95, "guests": 1.0}
+DRAFT_MAX = DraftSettings().n_max
 
 PASSAGES = [
     "The City Museum is open from ten in the morning until six in the evening, Tuesday to Sunday, and until "
@@ -134,6 +140,31 @@ def host_run(nn: WasiNN, module: wasmtime.Module, prompts: list[str], config: di
 # -- native reference ----------------------------------------------------------------
 
 
+@dataclass
+class NativeRun:
+    """One native greedy run: its speed, its tokens, and what one more token in a decode costs."""
+
+    tokens_per_s: float
+    prompt: list[int]
+    output: list[int]
+    per_token_s: float
+    """Decode of 1 + ``draft-max`` tokens less a decode of 1, over ``draft-max``."""
+
+    def ceiling(self) -> float:
+        """The most prompt lookup could gain on this answer at these decode costs: each step drafts
+        exactly the tokens that will be accepted (``spec-ngram-size-n`` 3, ``draft-max`` 16, as the
+        host's defaults), a step of ``n`` tokens costing a plain step (this run's time per token) plus
+        ``per_token_s`` for each token beyond the first; plain decoding's time over that."""
+        one_token_s = 1.0 / self.tokens_per_s  # a plain step: decode and sample
+        drafter, done, seconds = NgramDrafter(DraftSettings().ngram_n), 0, 0.0
+        while done < len(self.output):
+            draft, _ = drafter.draft(self.prompt + self.output[:done], min(DRAFT_MAX, len(self.output) - done - 1))
+            accepted = next((i for i, t in enumerate(draft) if t != self.output[done + i]), len(draft))
+            seconds += one_token_s + self.per_token_s * accepted
+            done += accepted + 1
+        return len(self.output) * one_token_s / seconds
+
+
 class Native:
     """llama-cpp-python's low-level API: greedy decode loop, one sequence (as bench_host's)."""
 
@@ -144,8 +175,9 @@ class Native:
             raise SystemExit(f"llama.cpp could not load {path}")
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
 
-    def tokens_per_s(self, prompt: str, n_tokens: int) -> float:
-        """Generated tokens/s of ``n_tokens`` greedy tokens after ``prompt``, timed after the prompt decode."""
+    def run(self, prompt: str, n_tokens: int) -> NativeRun:
+        """``n_tokens`` greedy tokens after ``prompt``: generated tokens/s timed after the prompt decode,
+        then the median time of decodes of 1 and 1 + ``draft-max`` tokens after them (all with logits)."""
         threads = default_threads()
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx, cparams.n_batch, cparams.n_threads, cparams.n_threads_batch = N_CTX, 512, threads, threads
@@ -157,25 +189,38 @@ class Native:
         n_prompt = llama_cpp.llama_tokenize(self.vocab, text, len(text), buf, len(buf), True, True)
         batch = llama_cpp.llama_batch_init(512, 0, 1)
 
-        def decode(tokens: list[int], start: int) -> None:
+        def decode(tokens: list[int], start: int, all_logits: bool = False) -> None:
             batch.n_tokens = len(tokens)
             for i, tok in enumerate(tokens):
                 batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, start + i, 1
                 batch.seq_id[i][0] = 0
-                batch.logits[i] = i == len(tokens) - 1
+                batch.logits[i] = all_logits or i == len(tokens) - 1
             assert llama_cpp.llama_decode(ctx, batch) == 0
 
-        decode(list(buf[:n_prompt]), 0)
+        def timed(n: int, start: int) -> float:
+            times = []
+            for _ in range(5):
+                began = time.perf_counter()
+                decode(output[:n], start, all_logits=True)
+                times.append(time.perf_counter() - began)
+                llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(ctx), 0, start, -1)
+            return statistics.median(times)
+
+        prompt_tokens = list(buf[:n_prompt])
+        decode(prompt_tokens, 0)
+        output: list[int] = []
         started = time.perf_counter()
         for i in range(n_tokens):
-            tok = llama_cpp.llama_sampler_sample(sampler, ctx, -1)
+            output.append(llama_cpp.llama_sampler_sample(sampler, ctx, -1))
             if i < n_tokens - 1:
-                decode([tok], n_prompt + i)
+                decode([output[-1]], n_prompt + i)
         elapsed = time.perf_counter() - started
+        end = n_prompt + n_tokens - 1
+        per_token = (timed(1 + DRAFT_MAX, end) - timed(1, end)) / DRAFT_MAX if n_tokens > DRAFT_MAX else 0.0
         llama_cpp.llama_batch_free(batch)
         llama_cpp.llama_sampler_free(sampler)
         llama_cpp.llama_free(ctx)
-        return n_tokens / elapsed
+        return NativeRun(n_tokens / elapsed, prompt_tokens, output, per_token)
 
     def close(self) -> None:
         llama_cpp.llama_model_free(self.model)
@@ -200,12 +245,12 @@ def measure(
     plain_cfg: dict[str, object] = {"temp": 0, "ctx-size": N_CTX, "n-predict": args.tokens, "cache-prompt": False}
     spec_cfg = dict(plain_cfg, **{"spec-type": "ngram-simple"})
     arms: dict[bool, list[HostRun]] = {False: [], True: []}
-    native_rates: list[float] = []
+    native_runs: list[NativeRun] = []
     for r in range(args.runs):  # interleaved, the first arm alternating, so drift affects both alike
         for speculative in (False, True) if r % 2 == 0 else (True, False):
             arms[speculative].append(host_run(nn, module, prompts, spec_cfg if speculative else plain_cfg))
         if native is not None:
-            native_rates.append(native.tokens_per_s(prompts[0], int(arms[False][-1].metas[0]["output_tokens"])))
+            native_runs.append(native.run(prompts[0], int(arms[False][-1].metas[0]["output_tokens"])))
     plain, spec = arms[False], arms[True]
     p, s = [run.tokens_per_s() for run in plain], [run.tokens_per_s() for run in spec]
     ratios = [b / a for a, b in zip(p, s)]
@@ -234,12 +279,22 @@ def measure(
         + " per run (median)",
         f"  speculative text vs plain: {same}",
     ]
-    if native_rates:
+    if native_runs:
+        native_rates = [run.tokens_per_s for run in native_runs]
         nm = statistics.median(native_rates)
         lines.append(
             f"  native decode loop {nm:8.1f}  (runs: {runs_text(native_rates)});  "
             f"host-plain/native {pm / nm:.3f}, host-speculative/native {sm / nm:.3f}"
         )
+        last = native_runs[-1]
+        if last.per_token_s > 0:
+            ceilings = [run.ceiling() for run in native_runs]
+            lines.append(
+                f"  ceiling of prompt lookup on the native answer {statistics.median(ceilings):.2f} "
+                f"(runs: {', '.join(f'{c:.2f}' for c in ceilings)}): each step drafting exactly the tokens "
+                f"accepted, each a plain step ({1000 / nm:.1f} ms) plus {last.per_token_s * 1000:.1f} ms "
+                "per draft token"
+            )
     return lines
 
 
@@ -268,7 +323,7 @@ def main() -> int:
     # warm up: load the model, grow to 8 sequences if needed
     warm: dict[str, object] = {"temp": 0, "ctx-size": N_CTX, "n-predict": 4, "cache-prompt": False}
     host_run(nn, module, prompts["guests" if "guests" in workloads else "repeat"], warm)
-    native.tokens_per_s(prompts["repeat"][0], 4)
+    native.run(prompts["repeat"][0], 4)
     sequences = nn.status()["models"][0]["sequences"]
     report: list[str] = []
     for name in workloads:
