@@ -60,8 +60,10 @@ from pathlib import Path
 
 import llama_cpp
 import wasmtime
+from guests_together import run_together
 
-from wasinn_host import ModelRegistry, RunOptions, WasiNN
+from wasinn_host import ModelRegistry, WasiNN
+from wasinn_host.core.engine import ModelWorker
 from wasinn_host.core.llama import init_backend
 from wasinn_host.testing.gguf_models import write_random_model
 from wasinn_host.testing.real_models import model_file
@@ -154,44 +156,22 @@ def host_config(n_tokens: int, ctx_size: int, threads: int, n_parallel: int) -> 
     return config
 
 
-def host_run(
-    nn: WasiNN, module: wasmtime.Module, prompts: list[str], config: dict[str, object], workdir: Path
-) -> HostRun:
-    """Run one guest per prompt, all at once; aggregate generated tokens/s."""
-    n = len(prompts)
-    env = {"WASINN_CONFIG": json.dumps(config)}
-    barrier = threading.Barrier(n + 1)
-    codes: list[int | None] = [None] * n
-    ends = [0.0] * n
-    errors: list[BaseException] = []
+def host_run(nn: WasiNN, module: wasmtime.Module, prompts: list[str], config: dict[str, object]) -> HostRun:
+    """Run one guest per prompt, all at once; aggregate generated tokens/s and the worker's decodes."""
+    before: list[tuple[ModelWorker, int, int]] = []
 
-    def guest(i: int) -> None:
-        options = RunOptions(env=env, stdout=str(workdir / f"out{i}.txt"), stderr=str(workdir / f"err{i}.txt"))
-        barrier.wait()
-        try:
-            codes[i] = nn.run(module, [ALIAS, prompts[i]], options)
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-        ends[i] = time.perf_counter()
+    def count_decodes() -> None:
+        if loaded := nn.registry.loaded():
+            worker = loaded[0].worker
+            before.append((worker, worker.decode_calls, worker.decoded_tokens))
 
-    threads = [threading.Thread(target=guest, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    worker = nn.registry.loaded()[0].worker if nn.registry.loaded() else None
-    calls0, tokens0 = (worker.decode_calls, worker.decoded_tokens) if worker else (0, 0)
-    barrier.wait()
-    started = time.perf_counter()
-    for t in threads:
-        t.join()
-    elapsed = max(ends) - started
-    if errors or any(code != 0 for code in codes):
-        details = "; ".join((workdir / f"err{i}.txt").read_text().strip() for i in range(n) if codes[i] != 0)
-        raise SystemExit(f"guest failed: {errors or ''} {details}")
-    worker = worker or nn.registry.loaded()[0].worker
-    texts = [(workdir / f"out{i}.txt").read_bytes().removesuffix(b"\n") for i in range(n)]
+    run = run_together(nn, module, ALIAS, prompts, config, before_start=count_decodes)
+    worker, calls0, tokens0 = before[0] if before else (nn.registry.loaded()[0].worker, 0, 0)
     n_tokens = config["n-predict"]
     assert isinstance(n_tokens, int)
-    return HostRun(n * n_tokens / elapsed, texts, worker.decode_calls - calls0, worker.decoded_tokens - tokens0)
+    return HostRun(
+        len(prompts) * n_tokens / run.wall_s, run.texts, worker.decode_calls - calls0, worker.decoded_tokens - tokens0
+    )
 
 
 # -- native reference ----------------------------------------------------------------
@@ -449,7 +429,7 @@ def main() -> int:
         compile_started = time.perf_counter()
         module = nn.load_module(GUEST)
         compile_ms = (time.perf_counter() - compile_started) * 1000.0
-        host_run(nn, module, random_prompts(rng, 1, args.prompt_tokens), dict(config, **{"n-predict": 4}), workdir)
+        host_run(nn, module, random_prompts(rng, 1, args.prompt_tokens), dict(config, **{"n-predict": 4}))
         llama = nn.registry.loaded()[0].weights
         lengths = {len(llama.tokenize(p.encode())) for p in random_prompts(rng, 8, args.prompt_tokens)}
         if len(lengths) != 1 and not args.model:
@@ -458,7 +438,7 @@ def main() -> int:
 
         # memory: peak RSS while the largest N guests run (before the native model is loaded)
         with PeakRss() as peak:
-            host_run(nn, module, random_prompts(rng, ns[-1], args.prompt_tokens), config, workdir)
+            host_run(nn, module, random_prompts(rng, ns[-1], args.prompt_tokens), config)
         (model_status,) = nn.status()["models"]  # after the largest N: the sequences it grew to
         kv_bytes = model_status["kv_cache_bytes"]
         kv_sequences = model_status["sequences"]
@@ -479,7 +459,7 @@ def main() -> int:
         for _ in range(args.runs):  # interleaved, so drift affects both alike
             for n in ns:
                 prompts = random_prompts(rng, n, args.prompt_tokens)
-                one = host_run(nn, module, prompts, config, workdir)
+                one = host_run(nn, module, prompts, config)
                 rate, texts = native_run(
                     native_model,
                     [native_model.tokenize(p) for p in prompts],
