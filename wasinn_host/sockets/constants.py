@@ -34,10 +34,12 @@ class Errno(enum.IntEnum):
     INVAL = 28
     IO = 29
     ISCONN = 30
+    MFILE = 33
     MSGSIZE = 35
     NETDOWN = 38
     NETRESET = 39
     NETUNREACH = 40
+    NFILE = 41
     NOBUFS = 42
     NOMEM = 48
     NOPROTOOPT = 50
@@ -75,10 +77,12 @@ _FROM_OS = {
     os_errno.EINTR: Errno.INTR,
     os_errno.EINVAL: Errno.INVAL,
     os_errno.EISCONN: Errno.ISCONN,
+    os_errno.EMFILE: Errno.MFILE,
     os_errno.EMSGSIZE: Errno.MSGSIZE,
     os_errno.ENETDOWN: Errno.NETDOWN,
     os_errno.ENETRESET: Errno.NETRESET,
     os_errno.ENETUNREACH: Errno.NETUNREACH,
+    os_errno.ENFILE: Errno.NFILE,
     os_errno.ENOBUFS: Errno.NOBUFS,
     os_errno.ENOMEM: Errno.NOMEM,
     os_errno.ENOPROTOOPT: Errno.NOPROTOOPT,
