@@ -47,6 +47,7 @@ class Errno(enum.IntEnum):
     NOTCONN = 53
     NOTSOCK = 57
     NOTSUP = 58
+    OVERFLOW = 61
     PIPE = 64
     TIMEDOUT = 73
     NOTCAPABLE = 76

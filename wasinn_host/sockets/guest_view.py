@@ -31,10 +31,13 @@ class GuestView:
         self._call = call
 
     def address(self, ptr: int, length: int, what: str) -> int:
-        """The host address of the guest range ``[ptr, ptr + length)``, or FAULT."""
-        ptr &= U32_MASK
-        length &= U32_MASK
-        if ptr + length > self._size:
+        """The host address of the guest range ``[ptr, ptr + length)``, or FAULT.
+
+        Neither is masked to 32 bits: a guest's ``u32`` arguments arrive unsigned, and a length or
+        pointer the host computed from them (``count * 48``, ``record + 24``) is checked as it is, so
+        a product past 4 GiB is FAULT (as in WasmEdge, which checks such spans in 64 bits), never a
+        short range that wrapped."""
+        if ptr < 0 or length < 0 or ptr + length > self._size:
             raise SockError(
                 Errno.FAULT,
                 f"{self._call}: {what} [{ptr}, {ptr + length}) is outside the guest memory of {self._size} bytes",
@@ -43,7 +46,7 @@ class GuestView:
 
     def read(self, ptr: int, length: int, what: str) -> bytes:
         """Copy ``length`` bytes out of the guest."""
-        return ctypes.string_at(self.address(ptr, length, what), length & U32_MASK)
+        return ctypes.string_at(self.address(ptr, length, what), length)
 
     def write(self, ptr: int, data: bytes, what: str) -> None:
         """Copy ``data`` into the guest at ``ptr``."""
@@ -68,7 +71,7 @@ class GuestView:
     def view(self, ptr: int, length: int, what: str) -> memoryview:
         """A writable memoryview of the guest range (valid until the guest runs again)."""
         address = self.address(ptr, length, what)
-        return memoryview((ctypes.c_char * (length & U32_MASK)).from_address(address)).cast("B")
+        return memoryview((ctypes.c_char * length).from_address(address)).cast("B")
 
     def iovecs(self, ptr: int, count: int, what: str) -> list[memoryview]:
         """The buffers of an iovec array (``{u32 buf, u32 len}`` each), all checked."""

@@ -9,7 +9,9 @@ import, as WasmEdge does.  Every call:
 1. finds the Store's :class:`~wasinn_host.sockets.table.SocketState` and the guest memory;
 2. hands a call on a descriptor that is not a socket to wasmtime's own function;
 3. runs the socket function, which checks every pointer, length and descriptor;
-4. returns 0 or the WASI errno, with one log line for refusals and bad pointers.
+4. returns 0 or the WASI errno, with one log line for refusals and bad pointers
+   (:mod:`.call_errors`; an exception no socket function meant to raise is an errno and one
+   ERROR line too).
 
 No exception crosses into wasmtime except a trap (the host stopping the guest, or a trap
 raised by wasmtime's own function for a pass-through call).
@@ -26,14 +28,14 @@ from ..core.limits import Limits
 from ..ephemeral.native_func import GuestTrap, caller_memory, define_i32_func
 from ..store_tables import StoreTable
 from . import fd_calls, sock_calls, sock_options
-from .constants import Errno, errno_from_os
+from .call_errors import errno_for
 from .context import Call
 from .guest_view import GuestView
 from .passthrough import WASI, trampoline_wat
-from .policy import Refused, SocketPolicy
+from .policy import SocketPolicy
 from .poll import poll_oneoff
 from .resolve import sock_getaddrinfo
-from .table import SockError, SocketState
+from .table import SocketState
 from .wasi_logging import add_logging_to_linker, imports_logging
 
 log = logging.getLogger("wasinn_host")
@@ -171,16 +173,9 @@ class SocketLayer:
                     return call.passthrough(name, *((args[0], 0, args[1]) if v1_accept else args))
                 state.check_cancelled()
                 return impl(call, *args)
-            except SockError as exc:
-                if exc.message:
-                    log.warning("%s (errno %d %s)", exc.message, exc.errno, exc.errno.name)
-                return int(exc.errno)
-            except Refused as exc:
-                log.warning("%s", exc)
-                return int(Errno.ACCES)
-            except OSError as exc:
-                code = errno_from_os(exc.errno)
-                log.debug("%s on %d: %s (%s)", name, args[0] if args else -1, exc.strerror, code.name)
-                return int(code)
+            except GuestTrap:
+                raise
+            except Exception as exc:  # an errno and at most one log line, never a trap: see call_errors
+                return errno_for(name, args, exc)
 
         return handler

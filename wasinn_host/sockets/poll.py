@@ -62,8 +62,10 @@ def poll_oneoff(call: Call, in_ptr: int, out_ptr: int, count: int, nevents_ptr: 
     view = call.view
     if count == 0:
         raise SockError(Errno.INVAL)
-    raw = view.read(in_ptr, SUBSCRIPTION_SIZE * count, "subscriptions")
-    view.address(out_ptr, EVENT_SIZE * count, "events")
+    # The arrays are checked at their full size, in Python's unbounded integers: 2**28 subscriptions
+    # (12 GiB) is FAULT, as in WasmEdge (whose span check is 64-bit), never a length that wrapped to 0.
+    raw = view.read(in_ptr, SUBSCRIPTION_SIZE * count, f"{count} subscriptions")
+    view.address(out_ptr, EVENT_SIZE * count, f"{count} events")
     view.address(nevents_ptr, 4, "nevents")
     subs = [_parse(raw, SUBSCRIPTION_SIZE * i) for i in range(count)]
     entries = call.state.entries
@@ -105,9 +107,12 @@ def _set_deadlines(call: Call, subs: list[Subscription], out_ptr: int) -> list[b
     start = time.monotonic()
     for sub in subs:
         if sub.tag == EVENTTYPE_CLOCK and not sub.error:
-            if sub.clock_id not in (CLOCK_REALTIME, CLOCK_MONOTONIC):
-                sub.error = Errno.INVAL
+            if sub.clock_id not in (CLOCK_REALTIME, CLOCK_MONOTONIC) or sub.flags & ~SUBCLOCKFLAGS_ABSTIME:
+                sub.error = Errno.INVAL  # as WasmEdge: an unknown clock or flag is that subscription's error
             else:
+                # Any u64 timeout is valid in WASI: 25 days or u64::MAX ns (585 years) is a clock that
+                # fires that late, not an error (WasmEdge arms a timer that far ahead).  The deadline is
+                # a float and the wait is cut into pieces the host's poll can take (SocketState.wait).
                 remaining = sub.timeout
                 if sub.flags & SUBCLOCKFLAGS_ABSTIME:
                     remaining = sub.timeout - _guest_now(call, sub.clock_id, out_ptr)

@@ -9,7 +9,9 @@ field (port in network order, then the address), as WasmEdge copies it.  Up to `
 records are filled and their count written to ``*res_len``.
 
 Resolving a host name is network access: unless the policy allows outbound connections, only
-numeric addresses and ``localhost`` resolve (others get ``AINONAME`` and one log line).
+numeric addresses and ``localhost`` resolve (others get ``AINONAME`` and one log line).  A node
+that is no host name at all (not UTF-8, a label longer than 63 characters, 253 characters in all)
+gets ``AINONAME`` and one log line saying why, as the host's resolver finds no such host.
 """
 
 from __future__ import annotations
@@ -58,23 +60,24 @@ def sock_getaddrinfo(
 ) -> int:
     """Resolve ``node``/``service`` with ``hints`` into the guest's records."""
     view = call.view
-    node = view.read(node_ptr, node_len, "node").decode("utf-8", "replace")
+    raw_node = view.read(node_ptr, node_len, "node")
     service = view.read(service_ptr, service_len, "service").decode("utf-8", "replace")
     flags, family, kind, protocol = struct.unpack_from("<HBBB", view.read(hints_ptr, ADDRINFO_SIZE, "hints"))
     first = view.u32(res_ptr, "result pointer")
     view.address(res_len_ptr, 4, "result count")
-    if not node and not service:
+    if not raw_node and not service:
         raise SockError(Errno.AINONAME)
     if max_res < 1:
         raise SockError(Errno.AIMEMORY)
-    if flags & ~sum(_AI_FLAGS) or (flags & 2 and not node):
+    if flags & ~sum(_AI_FLAGS) or (flags & 2 and not raw_node):
         raise SockError(Errno.AIBADFLAG)
     if family not in _FAMILIES:
         raise SockError(Errno.AIFAMILY)
     if protocol not in _PROTOCOLS or kind not in _TYPES:
         raise SockError(Errno.NOSYS)
+    node = _node_name(raw_node)
     host_flags: int = sum(int(host) for bit, host in _AI_FLAGS.items() if flags & bit)
-    if node and node != "localhost" and not call.policy.resolve_names:
+    if node and node != b"localhost" and not call.policy.resolve_names:
         host_flags |= socket.AI_NUMERICHOST
     try:
         results = socket.getaddrinfo(
@@ -84,7 +87,8 @@ def sock_getaddrinfo(
         if host_flags & socket.AI_NUMERICHOST and not flags & 4 and exc.errno == socket.EAI_NONAME:
             raise SockError(
                 Errno.AINONAME,
-                f"sock_getaddrinfo: not resolving {node!r}: guests may resolve host names only with {CONNECT_OPTION}",
+                f"sock_getaddrinfo: not resolving {node.decode()!r}: guests may resolve host names only with "
+                f"{CONNECT_OPTION}",
             ) from None
         raise SockError(_GAI_ERRORS.get(exc.errno or 0, Errno.AIFAIL)) from None
     count = 0
@@ -97,6 +101,53 @@ def sock_getaddrinfo(
             break
     view.put_u32(res_len_ptr, count, "result count")
     return 0
+
+
+MAX_LABEL = 63
+MAX_NAME = 253
+NAMES_ACCEPTED = (
+    f"a numeric IPv4 or IPv6 address, localhost, or a host name of dot-separated labels of 1 to {MAX_LABEL} "
+    f"characters, {MAX_NAME} in all (UTF-8; non-ASCII labels in IDNA)"
+)
+
+
+def _node_name(raw: bytes) -> bytes:
+    """The guest's node name as the resolver takes it, or AINONAME and one line saying why it is not one.
+
+    Python's ``getaddrinfo`` IDNA-encodes a text name itself and raises ``UnicodeError`` for one that
+    cannot be (a 64-character label, bytes that are not UTF-8); such a name is checked here instead.
+    WasmEdge hands the guest's bytes to the host's ``getaddrinfo``, which finds no such host:
+    ``EAI_NONAME``, hence AINONAME (and not INVAL, which WasmEdge never gives for a name)."""
+    if not raw:
+        return raw
+    shown = raw[:80].decode("utf-8", "backslashreplace") + ("..." if len(raw) > 80 else "")
+    try:
+        text = raw.decode("utf-8")
+        if "\0" in text:
+            raise ValueError("it holds a NUL byte")
+        name = text.encode("idna")
+        if len(name.rstrip(b".")) > MAX_NAME:
+            raise ValueError(f"it is {len(name.rstrip(b'.'))} characters long")
+    except (UnicodeError, ValueError) as exc:
+        raise SockError(
+            Errno.AINONAME,
+            f"sock_getaddrinfo: node {shown!r} is not a host name ({_why(raw, exc)}); accepted: {NAMES_ACCEPTED}",
+        ) from None
+    return name
+
+
+def _why(raw: bytes, exc: Exception) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return f"byte 0x{raw[exc.start]:02x} at {exc.start} is not UTF-8"
+    if not isinstance(exc, UnicodeError):
+        return str(exc)
+    labels = raw.decode("utf-8").rstrip(".").split(".")
+    longest = max(len(label) for label in labels)
+    if longest > MAX_LABEL:
+        return f"a label of {longest} characters"
+    if not all(labels):
+        return "an empty label"
+    return "a character IDNA does not allow"
 
 
 def _write_record(

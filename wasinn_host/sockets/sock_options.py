@@ -2,8 +2,9 @@
 
 Integer options are 4-byte ``i32`` values; ``SO_LINGER`` is ``{i32 onoff, i32 seconds}``;
 ``SO_RCVTIMEO``/``SO_SNDTIMEO`` are ``{i64 seconds, i64 microseconds}`` and bound how long a
-blocking guest socket waits (then AGAIN).  ``SO_BINDTODEVICE`` is refused (NOTSUP); the
-read-only ``SO_TYPE``, ``SO_ERROR`` and ``SO_ACCEPTCONN`` cannot be set (NOPROTOOPT).
+blocking guest socket waits (then AGAIN), however long (2**32 seconds or more: no timeout).
+``SO_BINDTODEVICE`` is refused (NOTSUP); the read-only ``SO_TYPE``, ``SO_ERROR`` and
+``SO_ACCEPTCONN`` cannot be set (NOPROTOOPT).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ INT_OPTIONS = {
     SO_OOBINLINE: socket.SO_OOBINLINE,
     SO_RCVLOWAT: socket.SO_RCVLOWAT,
 }
+NO_TIMEOUT_SECONDS = 1 << 32
+"""``SO_RCVTIMEO``/``SO_SNDTIMEO`` of this many seconds (136 years) or more mean no timeout."""
 _TIMEVAL = struct.Struct("<qq")
 _LINGER = struct.Struct("<ii")
 _I32 = struct.Struct("<i")
@@ -51,7 +54,8 @@ _I32 = struct.Struct("<i")
 
 def sock_setsockopt(call: Call, fd: int, level: int, name: int, flag_ptr: int, size: int) -> int:
     """``sock_setsockopt(fd, level, name, *value, size)``."""
-    value = call.view.read(flag_ptr, size, "option value")
+    call.view.address(flag_ptr, size, "option value")
+    value = call.view.read(flag_ptr, min(size, _TIMEVAL.size), "option value")  # no option is longer
     entry = call.state.entry(fd)
     if level != SOL_SOCKET:
         raise SockError(Errno.INVAL)
@@ -66,7 +70,10 @@ def sock_setsockopt(call: Call, fd: int, level: int, name: int, flag_ptr: int, s
         seconds, micros = _TIMEVAL.unpack_from(value)
         if seconds < 0 or not 0 <= micros < 1_000_000:
             raise SockError(Errno.INVAL)
-        timeout = seconds + micros / 1e6 or None
+        # Any length is valid (30 days is a 30-day timeout: the wait is cut into pieces the host's poll
+        # can take, see SocketState.wait).  Past NO_TIMEOUT_SECONDS it means none, as Linux (which
+        # WasmEdge hands the option to) treats a timeout past its scheduler's limit, and reads back 0.
+        timeout = None if seconds >= NO_TIMEOUT_SECONDS else seconds + micros / 1e6 or None
         if name == SO_RCVTIMEO:
             entry.recv_timeout = timeout
         else:

@@ -139,18 +139,28 @@ class SocketState:
             raise SockError(Errno.INTR)
         raise GuestTrap("interrupted: the host stopped the guest while it used a socket")
 
+    MAX_POLL_MS = 2**31 - 1
+    """The longest one host ``poll`` waits: its timeout is a C ``int`` of milliseconds (24.8 days)."""
+
     def wait(self, interests: list[tuple[int, int]], timeout: float | None) -> dict[int, int]:
         """Wait until one of ``(host fd, poll events)`` is ready or ``timeout`` seconds pass
-        (``None``: no limit); return ``{host fd: revents}`` of the ready ones."""
+        (``None``: no limit); return ``{host fd: revents}`` of the ready ones.  A timeout longer than
+        one ``poll`` can take (a guest's 30-day ``SO_RCVTIMEO``, a clock subscription of u64::MAX ns)
+        is waited in pieces of :attr:`MAX_POLL_MS`: WASI and the socket options allow any length, so
+        it is honoured, never an error (Python's ``poll`` raises OverflowError past the C int)."""
         self.check_cancelled()
         poller = select.poll()
         wake_fd = self._wake_fd()
         poller.register(wake_fd, select.POLLIN)
         for host_fd, events in interests:
             poller.register(host_fd, events)
-        ready = poller.poll(None if timeout is None else max(0, int(timeout * 1000 + 0.999)))
-        self.check_cancelled()
-        return {host_fd: revents for host_fd, revents in ready if host_fd != wake_fd}
+        deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        while True:
+            left = None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000 + 0.999))
+            ready = poller.poll(None if left is None else min(left, self.MAX_POLL_MS))
+            self.check_cancelled()
+            if ready or left is None or left <= self.MAX_POLL_MS:
+                return {host_fd: revents for host_fd, revents in ready if host_fd != wake_fd}
 
     def _wake_fd(self) -> int:
         with self._lock:
