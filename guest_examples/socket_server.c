@@ -16,6 +16,15 @@
  *   status line and headers with sock_send and the body with fd_write (as hyper does: two writes);
  *   a full socket waits in poll_oneoff for fd_write; sock_shutdown + fd_close to end a connection.
  *
+ * A server must outlive its clients, so a problem with one client ends only that connection:
+ *   - a client that resets before the server has looked at it (sock_getpeeraddr returns NOTCONN, 53) is
+ *     closed and forgotten;
+ *   - at most MAX_CONNS (64) connections are served at once; when the table is full, or the host refuses
+ *     another socket (sock_accept returns MFILE 33 or NFILE 41, the host's socket caps), the connection
+ *     that has been quiet longest is closed to make room, so idle clients cannot starve an active one;
+ *   - a connection quiet for 30 s (env idle_timeout, in seconds; 0: never) is closed;
+ *   - any other error of sock_accept is reported and the server keeps serving.
+ *
  * Routes (HTTP/1.1 keep-alive; "Connection: close" in a request closes after the answer):
  *   GET /health     -> 200 "ok\n"
  *   GET /peer       -> 200 "A.B.C.D:PORT\n", the client's address from sock_getpeeraddr
@@ -28,7 +37,9 @@
  *   stdout: "listening on A.B.C.D:PORT\n" once listening (flushed); "bye after N requests\n" at the end.
  *   stderr: one line per connection event: "connection K from A.B.C.D:PORT",
  *           "connection K closed by the peer", "connection K closed by the peer mid-request (N bytes)",
- *           "connection K: recv error E" (then closed).
+ *           "connection K: recv error E" (then closed), "connection K closed to make room" (the quietest,
+ *           when full), "connection K closed after S s idle", "a connection left before it was served
+ *           (sock_getpeeraddr returned E)", "sock_accept returned E".
  * Exit: 0 after /quit; 1 if a socket call fails (the line "socket error: CALL returned E" on stderr);
  *   2 wrong arguments.
  */
@@ -65,7 +76,8 @@ WASI_SOCK("sock_shutdown") int32_t ws_shutdown(int32_t fd, int32_t how);
 #define SOL_SOCKET 0
 #define SO_REUSEADDR 0
 #define SHUT_RDWR 3
-#define MAX_CONNS 32
+#define MAX_CONNS 64
+#define IDLE_SECONDS 30 /* default of env idle_timeout */
 #define REQUEST_MAX 16384
 #define TICK_NS 250000000ull
 #define WRITE_WAIT_NS 5000000000ull
@@ -74,6 +86,7 @@ typedef struct {
     int open;
     uint32_t fd;
     unsigned id;
+    uint64_t active_ns; /* when the connection was accepted or last sent bytes (monotonic clock) */
     size_t len;
     char buf[REQUEST_MAX];
     char peer[32];
@@ -84,10 +97,18 @@ static unsigned next_id, served;
 static uint32_t nn_ctx;
 static int nn_ready;
 static const char *alias;
+static unsigned idle_seconds = IDLE_SECONDS;
 
 static void sock_fail(const char *call, int32_t rc) {
     fprintf(stderr, "socket error: %s returned %d\n", call, (int)rc);
     exit(1);
+}
+
+static uint64_t now_ns(void) {
+    __wasi_timestamp_t t = 0;
+    int32_t rc = __wasi_clock_time_get(__WASI_CLOCKID_MONOTONIC, 1, &t);
+    if (rc != 0) sock_fail("clock_time_get", rc);
+    return t;
 }
 
 static void format_addr(const uint8_t ip[4], uint32_t port, char *out, size_t cap) {
@@ -278,15 +299,44 @@ static int on_readable(conn_t *c) {
         return 1;
     }
     c->len += got;
+    c->active_ns = now_ns();
     return serve_buffered(c);
 }
 
-static void accept_all(uint32_t listener) {
+/* The open connection quiet for longest, or NULL if none is open. */
+static conn_t *quietest(void) {
+    conn_t *q = NULL;
+    for (int i = 0; i < MAX_CONNS; i++)
+        if (conns[i].open && (!q || conns[i].active_ns < q->active_ns)) q = &conns[i];
+    return q;
+}
+
+static void close_quietest(void) {
+    conn_t *q = quietest();
+    if (!q) return;
+    fprintf(stderr, "connection %u closed to make room\n", q->id);
+    close_conn(q);
+}
+
+/* Accept every waiting connection. Returns 0, or 1 when the listener should rest for a tick (the host
+   refused a socket and no connection could be closed to make room, or accept failed). */
+static int accept_all(uint32_t listener) {
     for (;;) {
         uint32_t fd = 0;
         int32_t rc = ws_accept(listener, &fd);
-        if (rc == __WASI_ERRNO_AGAIN) return;
-        if (rc != 0) sock_fail("sock_accept", rc);
+        if (rc == __WASI_ERRNO_AGAIN) return 0;
+        if (rc == __WASI_ERRNO_MFILE || rc == __WASI_ERRNO_NFILE) { /* the host's socket caps */
+            if (!quietest()) {
+                fprintf(stderr, "sock_accept returned %d\n", (int)rc);
+                return 1;
+            }
+            close_quietest();
+            continue;
+        }
+        if (rc != 0) { /* e.g. a client that gave up while queued: not the server's problem */
+            fprintf(stderr, "sock_accept returned %d\n", (int)rc);
+            return 1;
+        }
         if ((rc = __wasi_fd_fdstat_set_flags(fd, __WASI_FDFLAGS_NONBLOCK)) != 0)
             sock_fail("fd_fdstat_set_flags", rc);
         __wasi_fdstat_t stat;
@@ -296,24 +346,42 @@ static void accept_all(uint32_t listener) {
                     stat.fs_flags);
             exit(1);
         }
-        conn_t *c = NULL;
-        for (int i = 0; i < MAX_CONNS && !c; i++)
-            if (!conns[i].open) c = &conns[i];
-        if (!c) { /* full: no room for another connection */
-            ws_shutdown(fd, SHUT_RDWR);
-            if ((rc = __wasi_fd_close(fd)) != 0) sock_fail("fd_close", rc);
-            continue;
-        }
         uint8_t ip[4] = {0};
         wasi_address_t addr = {.buf = WASI_NN_PTR(ip), .buf_len = 4};
         uint32_t type = 0, port = 0;
-        if ((rc = ws_getpeeraddr(fd, &addr, &type, &port)) != 0) sock_fail("sock_getpeeraddr", rc);
+        if ((rc = ws_getpeeraddr(fd, &addr, &type, &port)) != 0) { /* NOTCONN: the client reset already */
+            fprintf(stderr, "a connection left before it was served (sock_getpeeraddr returned %d)\n", (int)rc);
+            if ((rc = __wasi_fd_close(fd)) != 0) sock_fail("fd_close", rc);
+            continue;
+        }
+        conn_t *c = NULL;
+        for (int i = 0; i < MAX_CONNS && !c; i++)
+            if (!conns[i].open) c = &conns[i];
+        if (!c) { /* full: the quietest connection makes room for the new one */
+            c = quietest();
+            fprintf(stderr, "connection %u closed to make room\n", c->id);
+            close_conn(c);
+        }
         c->open = 1;
         c->fd = fd;
         c->id = next_id++;
         c->len = 0;
+        c->active_ns = now_ns();
         format_addr(ip, port, c->peer, sizeof c->peer);
         fprintf(stderr, "connection %u from %s\n", c->id, c->peer);
+    }
+}
+
+/* Close the connections quiet for more than idle_seconds (0: never). */
+static void close_idle(void) {
+    if (idle_seconds == 0) return;
+    uint64_t now = now_ns();
+    for (int i = 0; i < MAX_CONNS; i++) {
+        conn_t *c = &conns[i];
+        if (c->open && now - c->active_ns > (uint64_t)idle_seconds * 1000000000ull) {
+            fprintf(stderr, "connection %u closed after %u s idle\n", c->id, idle_seconds);
+            close_conn(c);
+        }
     }
 }
 
@@ -325,6 +393,15 @@ int main(int argc, char **argv) {
         return 2;
     }
     alias = argv[1];
+    const char *idle = env_get("idle_timeout");
+    if (idle) {
+        long long v = env_parse_int("idle_timeout", idle);
+        if (v < 0 || v > 86400) {
+            fputs("error: env idle_timeout: seconds from 0 to 86400\n", stderr);
+            return 2;
+        }
+        idle_seconds = (unsigned)v;
+    }
     uint32_t listener = 0;
     int32_t rc;
     if ((rc = ws_open(AF_INET4, SOCK_STREAM, &listener)) != 0) sock_fail("sock_open", rc);
@@ -347,12 +424,16 @@ int main(int argc, char **argv) {
 
     static __wasi_subscription_t subs[MAX_CONNS + 2];
     static __wasi_event_t events[MAX_CONNS + 2];
+    int listener_rests = 0;
     for (;;) {
         __wasi_size_t nsubs = 0, nevents = 0;
         memset(subs, 0, sizeof subs);
-        subs[nsubs].userdata = 0;
-        subs[nsubs].u.tag = __WASI_EVENTTYPE_FD_READ;
-        subs[nsubs++].u.u.fd_read.file_descriptor = listener;
+        if (!listener_rests) {
+            subs[nsubs].userdata = 0;
+            subs[nsubs].u.tag = __WASI_EVENTTYPE_FD_READ;
+            subs[nsubs++].u.u.fd_read.file_descriptor = listener;
+        }
+        listener_rests = 0;
         for (int i = 0; i < MAX_CONNS; i++) {
             if (!conns[i].open) continue;
             subs[nsubs].userdata = (uint64_t)(i + 1);
@@ -370,7 +451,7 @@ int main(int argc, char **argv) {
             if (events[e].error != 0) sock_fail("poll_oneoff (event)", events[e].error);
             if (who == UINT64_MAX) continue; /* the clock: nothing to do, poll again */
             if (who == 0) {
-                accept_all(listener);
+                listener_rests = accept_all(listener);
                 continue;
             }
             conn_t *c = &conns[who - 1];
@@ -380,6 +461,7 @@ int main(int argc, char **argv) {
             if (what == 2) quit = 1;
         }
         if (quit) break;
+        close_idle();
     }
     for (int i = 0; i < MAX_CONNS; i++)
         if (conns[i].open) close_conn(&conns[i]);

@@ -31,6 +31,7 @@ from . import fd_calls, sock_calls, sock_options
 from .call_errors import errno_for
 from .context import Call
 from .guest_view import GuestView
+from .host_fds import prepare_process
 from .passthrough import WASI, trampoline_wat
 from .policy import SocketPolicy
 from .poll import poll_oneoff
@@ -144,6 +145,7 @@ class SocketLayer:
             add_logging_to_linker(linker)
 
     def _prepare(self) -> None:
+        prepare_process(self.engine)  # before any guest holds sockets: see host_fds
         if self._trampoline is None:
             self._trampoline = wasmtime.Module(self.engine, trampoline_wat())
             self._wasi_linker = wasmtime.Linker(self.engine)

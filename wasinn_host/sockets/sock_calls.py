@@ -4,7 +4,8 @@ Each takes a :class:`~wasinn_host.sockets.context.Call` and the guest's i32 argu
 returns 0, or raises :class:`~wasinn_host.sockets.table.SockError` (or ``OSError``, which the
 linking layer turns into the WASI errno).  Out-pointers are checked before anything is done,
 so a bad pointer never leaves a socket half made.  V1 and V2 differ only where their
-signatures do (``sock_accept``, the address getters, ``sock_recv_from``).
+signatures do (``sock_accept``, the address getters, ``sock_recv_from``).  Every new socket
+(opened, accepted, or re-made for another address family) is within the caps of :mod:`.budget`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 import errno as os_errno
 import select
 import socket
+from functools import partial
 
+from . import budget
 from .addresses import (
     from_sockaddr,
     host_family,
@@ -58,7 +61,8 @@ def sock_open(call: Call, family: int, kind: int, fd_ptr: int) -> int:
     if kind not in (SOCK_ANY, SOCK_STREAM, SOCK_DGRAM):
         raise SockError(Errno.INVAL)
     kind = SOCK_DGRAM if kind == SOCK_DGRAM else SOCK_STREAM
-    sock = socket.socket(host, socket.SOCK_DGRAM if kind == SOCK_DGRAM else socket.SOCK_STREAM)
+    host_type = socket.SOCK_DGRAM if kind == SOCK_DGRAM else socket.SOCK_STREAM
+    sock = budget.new_socket(call.state, call.policy, lambda: socket.socket(host, host_type), "sock_open")
     sock.setblocking(False)
     fd = call.state.add(SocketEntry(sock, kind))
     call.view.put_u32(fd_ptr, fd, "fd")
@@ -71,12 +75,17 @@ def _port(port: int) -> int:
     return port
 
 
-def _match_family(entry: SocketEntry, address: IPAddress) -> None:
+def _match_family(call: Call, entry: SocketEntry, address: IPAddress, what: str) -> None:
     """Re-create a fresh socket for the address's family (a guest may open af 0 or 1 and bind IPv6)."""
     family = host_family(address)
     if entry.sock.family == family:
         return
-    sock = socket.socket(family, entry.sock.type)
+    try:
+        sock = socket.socket(family, entry.sock.type)
+    except OSError as exc:
+        budget.out_of_descriptors(call.state, exc, what)
+        raise
+    budget.check_descriptor(call.state, call.policy, sock, what)
     sock.setblocking(False)
     for (level, name), value in entry.options.items():
         sock.setsockopt(level, name, value)
@@ -89,7 +98,7 @@ def sock_bind(call: Call, fd: int, addr_ptr: int, port: int) -> int:
     entry = call.state.entry(fd)
     address = read_address(call.view, addr_ptr, "address")
     call.policy.check_bind(address, _port(port))
-    _match_family(entry, address)
+    _match_family(call, entry, address, "sock_bind")
     entry.sock.bind(sockaddr(address, port))
     return 0
 
@@ -115,7 +124,16 @@ def sock_accept_v2(call: Call, fd: int, flags: int, fd_ptr: int) -> int:
     if flags & ~FDFLAGS_NONBLOCK:
         raise SockError(Errno.INVAL)
     entry = call.state.entry(fd)
-    conn, _ = blocking(call.state, entry, entry.sock.accept, select.POLLIN, entry.recv_timeout)
+    listening = entry.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+    if listening and budget.is_full(call.state, call.policy):  # refused only when a connection waits (it stays queued)
+        blocking(call.state, entry, partial(_pending, entry.sock), select.POLLIN, entry.recv_timeout)
+        budget.check_room(call.state, call.policy, "sock_accept")
+    try:
+        conn, _ = blocking(call.state, entry, entry.sock.accept, select.POLLIN, entry.recv_timeout)
+    except OSError as exc:
+        budget.out_of_descriptors(call.state, exc, "sock_accept")
+        raise
+    budget.check_descriptor(call.state, call.policy, conn, "sock_accept")  # refused: that connection is closed
     conn.setblocking(False)
     if conn.type == socket.SOCK_STREAM:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -124,12 +142,20 @@ def sock_accept_v2(call: Call, fd: int, flags: int, fd_ptr: int) -> int:
     return 0
 
 
+def _pending(sock: socket.socket) -> None:
+    """Return if a connection waits on the listener ``sock``, else raise ``BlockingIOError``."""
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    if not poller.poll(0):
+        raise BlockingIOError
+
+
 def sock_connect(call: Call, fd: int, addr_ptr: int, port: int) -> int:
     """``sock_connect(fd, *addr, port)``: only where the policy allows (nowhere by default)."""
     entry = call.state.entry(fd)
     address = read_address(call.view, addr_ptr, "address")
     call.policy.check_connect(address, _port(port))
-    _match_family(entry, address)
+    _match_family(call, entry, address, "sock_connect")
     code = entry.sock.connect_ex(sockaddr(address, port))
     if code == 0:
         return 0
@@ -229,7 +255,7 @@ def sock_send_to(
     entry = call.state.entry(fd)
     address = read_address(view, addr_ptr, "address")
     call.policy.check_connect(address, _port(port), "datagram")
-    _match_family(entry, address)
+    _match_family(call, entry, address, "sock_send_to")
     sent = send(call.state, entry, view.iovecs(iovs, iovs_len, "send"), sockaddr(address, port))
     view.put_u32(len_ptr, sent, "nwritten")
     return 0

@@ -8,7 +8,8 @@ when :meth:`SocketState.cancel` is called (Ctrl-C, ``--timeout``), so no guest c
 host in a socket call.  After a cancel, socket calls answer ``INTR`` for :data:`CANCEL_GRACE`
 seconds, so the guest returns to its wasm, where the run's stop traps it with its own message
 (``interrupted (Ctrl-C)``, ``stopped by --timeout``); a guest still calling after that (no stop
-armed, a guest retrying forever) is trapped by the socket layer itself.
+armed, a guest retrying forever) is trapped by the socket layer itself.  The table also counts the
+sockets every Store of the process holds (:func:`sockets_in_process`, for the caps of :mod:`.budget`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,20 @@ SOCKET_FD_BASE = 1 << 16
 """The first socket descriptor number (wasmtime's own descriptors stay far below it)."""
 CANCEL_GRACE = 1.0
 """Seconds after a cancel during which socket calls answer INTR before they trap the guest."""
+
+_held = 0
+_held_lock = threading.Lock()
+
+
+def sockets_in_process() -> int:
+    """How many sockets the guests of every Store in this process hold now."""
+    return _held
+
+
+def _count(change: int) -> None:
+    global _held
+    with _held_lock:
+        _held += change
 
 
 class SockError(Exception):
@@ -70,6 +85,8 @@ class SocketState:
         self._lock = threading.Lock()
         self._cancelled_at: float | None = None
         self._wake: tuple[socket.socket, socket.socket] | None = None
+        self.warned: set[str] = set()
+        """The socket caps this Store's guest has been refused by (each is logged once per Store)."""
 
     # -- descriptors --------------------------------------------------------------
 
@@ -83,6 +100,7 @@ class SocketState:
             while self._next_fd in self.entries:
                 self._next_fd += 1
             self.entries[fd] = entry
+        _count(1)
         return fd
 
     def entry(self, fd: int) -> SocketEntry:
@@ -98,6 +116,7 @@ class SocketState:
             entry = self.entries.pop(fd, None)
         if entry is None:
             raise SockError(Errno.BADF)
+        _count(-1)
         entry.sock.close()
 
     def close(self) -> None:
@@ -106,6 +125,7 @@ class SocketState:
         with self._lock:
             entries, self.entries = list(self.entries.values()), {}
             wake, self._wake = self._wake, None
+        _count(-len(entries))
         for entry in entries:
             entry.sock.close()
         if wake is not None:
