@@ -411,7 +411,8 @@ int main(int argc, char **argv) {
     uint8_t ip[4] = {(uint8_t)a, (uint8_t)b, (uint8_t)c3, (uint8_t)d};
     wasi_address_t addr = {.buf = WASI_NN_PTR(ip), .buf_len = 4};
     if ((rc = ws_bind(listener, &addr, port)) != 0) sock_fail("sock_bind", rc);
-    if ((rc = ws_listen(listener, 16)) != 0) sock_fail("sock_listen", rc);
+    /* a backlog of 1024 as tokio's: a burst of connections waits in the queue, not in SYN retries */
+    if ((rc = ws_listen(listener, 1024)) != 0) sock_fail("sock_listen", rc);
     if ((rc = __wasi_fd_fdstat_set_flags(listener, __WASI_FDFLAGS_NONBLOCK)) != 0)
         sock_fail("fd_fdstat_set_flags", rc);
     uint32_t type = 0, bound_port = 0;
