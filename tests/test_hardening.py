@@ -172,7 +172,7 @@ def test_runaway_guest_is_stopped_by_a_deadline(registry: ModelRegistry) -> None
     )
     started = time.monotonic()
     (result,) = run_instances(nn, spin, [], RunOptions(), instances=1, timeout=0.3)
-    assert result.error == "the guest trapped: stopped by --timeout 0.3s"
+    assert result.error == "the guest trapped: stopped by timeout=0.3 (seconds)"  # the parameter it was given
     assert time.monotonic() - started < 10
     assert nn.imports.state_count() == 0
 

@@ -17,6 +17,7 @@ from typing import Sequence
 from . import __version__
 from .cli_options import (
     EXIT_USAGE,
+    OneLineParser,
     add_limit_options,
     add_log_options,
     add_model_options,
@@ -25,6 +26,7 @@ from .cli_options import (
     fail,
     limits_from,
     read_pem,
+    say,
     warn_missing_models,
     warn_server_limits,
     with_projectors,
@@ -84,7 +86,7 @@ def parse_env(spec: str) -> tuple[str, str]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``wasinn`` argument parser (its ``run`` subcommand holds every option)."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="wasinn",
         description="Run WebAssembly guests that use WASI-NN (WasmEdge GGML dialect) on wasmtime, "
         "with llama.cpp doing the inference.",
@@ -233,7 +235,13 @@ def run_command(ns: argparse.Namespace) -> int:
         if ns.metrics_port:
             nn.serve_metrics(ns.metrics_port, ns.metrics_address)
         results = run_instances(
-            nn, ns.module, ns.args, RunOptions(env=env, dirs=dirs, program_name=ns.module), ns.instances, ns.timeout
+            nn,
+            ns.module,
+            ns.args,
+            RunOptions(env=env, dirs=dirs, program_name=ns.module),
+            ns.instances,
+            ns.timeout,
+            timeout_name="--timeout",
         )
     except (GuestError, RuntimeError, OSError) as exc:
         return fail(str(exc))
@@ -269,7 +277,7 @@ def _exit_code(results: list[InstanceResult]) -> int:
     for index, result in enumerate(results):
         prefix = f"instance {index}: " if len(results) > 1 else ""
         if result.error is not None:
-            print(f"wasinn: error: {prefix}{result.error}", file=sys.stderr)
+            say(f"wasinn: error: {prefix}{result.error}")
             codes.append(EXIT_TRAP if "trapped" in result.error else EXIT_USAGE)
         else:
             codes.append(result.code or 0)
@@ -290,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return model_command(ns)
         return serve_command(ns) if ns.command == "serve" else run_command(ns)
     except KeyboardInterrupt:
-        print("wasinn: interrupted", file=sys.stderr)
+        say("wasinn: interrupted")  # after every guest has stopped writing (runner.run_instances)
         return 130
 
 

@@ -9,11 +9,30 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
+from .core.errors import ErrorKind
 from .core.limits import Limits
+from .core.load_errors import path_problem
 from .core.preload import Preload, PreloadError
 
 EXIT_USAGE = 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line, as every other ``wasinn`` error (argparse
+    prints its whole usage first); subcommand parsers made from it are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        """``wasinn: error: MESSAGE (see 'wasinn COMMAND --help')`` and the usage exit code."""
+        say(f"wasinn: error: {message} (see '{self.prog} --help')")
+        sys.exit(EXIT_USAGE)
+
+
+def say(line: str) -> None:
+    """Write one whole line on stderr (one write, so nothing another thread writes lands inside it)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -156,7 +175,7 @@ def warn_server_limits(ns: argparse.Namespace) -> None:
 
 def fail(message: str) -> int:
     """Print a one-line user error and return the usage exit code."""
-    print(f"wasinn: error: {message}", file=sys.stderr)
+    say(f"wasinn: error: {message}")
     return EXIT_USAGE
 
 
@@ -174,12 +193,16 @@ def with_projectors(preloads: list[Preload], specs: list[str]) -> list[Preload]:
 
 
 def warn_missing_models(preloads: list[Preload]) -> None:
-    """As WasmEdge: a missing model file is one warning; the guest runs and gets ModelNotFound."""
+    """As WasmEdge: a missing model file is one warning; the guest runs and gets ModelNotFound (a
+    directory: InvalidArgument)."""
     for preload in preloads:
-        if not preload.path.is_file():
+        problem = path_problem(preload.path)
+        if problem is not None:
             logging.getLogger("wasinn_host").warning(
-                "--nn-preload %s: model file %s does not exist; load_by_name(%s) will fail with ModelNotFound",
+                "--nn-preload %s: model file %s %s; load_by_name(%s) will fail with %s",
                 preload.name,
                 json.dumps(str(preload.path)),
+                problem[1],
                 json.dumps(preload.name),
+                "ModelNotFound" if problem[0] is ErrorKind.MODEL_NOT_FOUND else "InvalidArgument",
             )

@@ -23,8 +23,7 @@ from wasmtime import _ffi as ffi
 CHECK_TICKS = 5
 """Epoch ticks between two checks of a Store (with the runner's 10 ms tick: 50 ms)."""
 INTERRUPTED = "interrupted (Ctrl-C)"
-TIMED_OUT = "stopped by --timeout"
-"""The trap messages of the two ways a run is stopped."""
+"""The trap message of an interrupted run; a timed-out one names its limit (:meth:`GuestStop.reason`)."""
 
 _CALLBACK = ctypes.CFUNCTYPE(
     ctypes.c_size_t,
@@ -40,8 +39,10 @@ _CONTINUE = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE
 class GuestStop:
     """When the guests of one run must stop: an optional time limit from now, and an interrupt."""
 
-    def __init__(self, timeout: float | None = None) -> None:
+    def __init__(self, timeout: float | None = None, timeout_name: str = "timeout") -> None:
         self.timeout = timeout
+        self.timeout_name = timeout_name
+        """What the caller called the limit: ``--timeout`` (an option) or ``timeout`` (a Python parameter)."""
         self.deadline = time.monotonic() + timeout if timeout else None
         self._interrupted = threading.Event()
 
@@ -59,7 +60,9 @@ class GuestStop:
         if self._interrupted.is_set():
             return INTERRUPTED
         if self.expired:
-            return f"{TIMED_OUT} {self.timeout:g}s"
+            if self.timeout_name.startswith("-"):
+                return f"stopped by {self.timeout_name} {self.timeout:g}s"
+            return f"stopped by {self.timeout_name}={self.timeout:g} (seconds)"
         return None
 
     def install(self, store: wasmtime.Store) -> tuple[Any, ...]:

@@ -99,7 +99,12 @@ class InstanceResult:
 
 
 def _run_one(
-    nn: WasiNN, module: ModuleSource, args: Sequence[str], options: RunOptions, result: InstanceResult
+    nn: WasiNN,
+    module: ModuleSource,
+    args: Sequence[str],
+    options: RunOptions,
+    result: InstanceResult,
+    ended: threading.Event,
 ) -> None:
     try:
         result.code = nn.run(module, args, options)
@@ -107,6 +112,8 @@ def _run_one(
         result.error = str(exc)
     except Exception as exc:  # a host bug: a one-line error and a failed exit code, never a silent 0
         result.error = f"internal error: {type(exc).__name__}: {exc}"
+    finally:
+        ended.set()
 
 
 def run_instances(
@@ -116,16 +123,22 @@ def run_instances(
     options: RunOptions,
     instances: int = 1,
     timeout: float | None = None,
+    timeout_name: str = "timeout",
 ) -> list[InstanceResult]:
     """Run ``instances`` copies of the module at once and wait; ``timeout`` seconds stop them (a trap
-    each), and Ctrl-C interrupts all of them (KeyboardInterrupt is raised once they have stopped)."""
+    each, whose message names the limit as ``timeout_name``: ``--timeout`` for the command line), and
+    Ctrl-C interrupts all of them (KeyboardInterrupt is raised once they have stopped)."""
     compiled = nn.load_guest(module)
-    stop = GuestStop(timeout)
+    stop = GuestStop(timeout, timeout_name)
     ticker = EpochTicker(nn.engine) if nn.interruptible else None
     options = replace(options, stop=stop)
     lock = threading.Lock()
     forwarders: list[LineForwarder] = []
     results = [InstanceResult() for _ in range(instances)]
+    # Each instance's end, waited on instead of Thread.join: on Python 3.11, a Ctrl-C inside join can
+    # mark a running thread as ended (threading's bpo-45274 handling), and the host's last line would
+    # then race the guest's last writes.
+    ended = [threading.Event() for _ in range(instances)]
     threads = []
     for index in range(instances):
         instance_options = options
@@ -143,7 +156,7 @@ def run_instances(
         thread = threading.Thread(
             target=_run_one,
             name=f"wasinn-guest-{index}",
-            args=(nn, compiled, args, instance_options, results[index]),
+            args=(nn, compiled, args, instance_options, results[index], ended[index]),
             daemon=True,
         )
         threads.append(thread)
@@ -151,17 +164,17 @@ def run_instances(
     try:
         for thread in threads:
             thread.start()
-        for thread in threads:
-            while thread.is_alive():
-                thread.join(0.05)
+        for done in ended:
+            while not done.wait(0.05):
                 if stop.expired and not timed_out:
-                    timed_out = [i for i, t in enumerate(threads) if t.is_alive()]
+                    timed_out = [i for i, e in enumerate(ended) if not e.is_set()]
                     nn.cancel_all()  # guests blocked in inference past their deadline
     except KeyboardInterrupt:
         stop.interrupt()
         nn.cancel_all()
-        for thread in threads:
-            thread.join(5.0)
+        for thread, done in zip(threads, ended):
+            if thread.ident is not None:  # started
+                done.wait(5.0)
         raise
     finally:
         for forwarder in forwarders:

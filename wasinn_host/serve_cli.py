@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -33,7 +34,7 @@ from .models import DEMO_MODEL_PATH
 from .observability.log_setup import configure_logging
 from .observability.metrics import serve_metrics
 from .prompt_cache_cli import add_prompt_cache_options, prompt_cache_from
-from .rpc.targets import TargetError
+from .rpc.targets import TargetError, parse_listen
 
 log = logging.getLogger("wasinn_host")
 
@@ -90,6 +91,21 @@ def add_serve_parser(commands: Any) -> None:
     )
 
 
+def _listen_problem(uri: str) -> str | None:
+    """Why ``wasinn serve`` cannot listen on ``uri``, where it can tell before binding, or None."""
+    try:
+        address = parse_listen(uri)
+    except TargetError as exc:
+        return str(exc)
+    if address.unix_path is None:
+        return None
+    directory = os.path.dirname(address.unix_path)
+    if not os.path.isdir(directory):
+        what = "is not a directory" if os.path.exists(directory) else "does not exist"
+        return f"--nn-rpc-uri {uri}: the socket's directory {directory} {what}"
+    return None
+
+
 def serve_command(ns: argparse.Namespace) -> int:
     """``wasinn serve``: 0 after a clean drain, 2 when it cannot start."""
     try:
@@ -104,6 +120,9 @@ def serve_command(ns: argparse.Namespace) -> int:
         preloads = [Preload("default", DEMO_MODEL_PATH)]  # the embedded demo model
     if bool(ns.tls_cert) != bool(ns.tls_key):
         return fail("--tls-cert and --tls-key go together")
+    problem = _listen_problem(ns.nn_rpc_uri)
+    if problem is not None:
+        return fail(problem)
     warn_missing_models(preloads)
     limits = limits_from(ns, ns.allow_load_bytes)
     try:
@@ -111,6 +130,9 @@ def serve_command(ns: argparse.Namespace) -> int:
     except OSError as exc:
         return fail(str(exc))
     backend = LocalBackend(ModelRegistry(preloads, prompt_cache=prompt_cache), limits)
+    # gRPC's C core logs its own line for a failed bind (and more) on stderr, where wasinn's one line
+    # says it already; its verbosity is read once, when grpc is first imported.  GRPC_VERBOSITY=debug shows it.
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     from .rpc.server import NNServer, ServeOptions  # gRPC: imported by the command that serves it
 
     try:

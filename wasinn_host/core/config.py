@@ -213,7 +213,6 @@ _NOT_IMPLEMENTED = frozenset(
         "pooling-type",
         "attention-type",
         "rope-scaling-type",
-        "tts",
         "model-vocoder",
         "tts-output-file",
         "tts-speaker-file",
@@ -228,6 +227,22 @@ _NOT_IMPLEMENTED = frozenset(
 )
 _warned: set[str] = set()
 _RECORDS = ("model", "sampling", "stopping", "options", "logging")
+
+
+def refuse_unserved_request(key: str, value: Any) -> None:
+    """Refuse a key asking for a kind of output this host cannot produce, rather than answering with
+    another kind.  ``tts: true`` asks for speech (WAV bytes in the output and ``tts-output-file``):
+    an unsupported operation.  When TTS is implemented (issue 32), ``tts`` becomes a key and this goes."""
+    if key != "tts":
+        return
+    if not isinstance(value, bool):
+        raise invalid(f"config key 'tts': got {json_type(value)} {as_json(value)}; expected true or false")
+    if value:
+        raise WasiNNError(
+            ErrorKind.UNSUPPORTED,
+            "config key 'tts': text-to-speech (OuteTTS with a WavTokenizer vocoder) is not implemented by "
+            "wasinn-host; a graph asking for it is refused rather than answering with text",
+        )
 
 
 @dataclass(frozen=True)
@@ -382,7 +397,10 @@ def parse_config(text: bytes | str) -> ParsedConfig:
     if not isinstance(doc, dict):
         raise WasiNNError(ErrorKind.INVALID_ENCODING, f"config must be a JSON object, got {json_type(doc)}")
     groups: dict[str, dict[str, Any]] = {record: {} for record in _RECORDS}
-    for key, value in _flatten(doc):
+    items = _flatten(doc)
+    for key, value in items:
+        refuse_unserved_request(key, value)  # before any other key is applied or warned about
+    for key, value in items:
         spec = KEYS.get(key)
         if spec is None:
             if key in _NOT_IMPLEMENTED and key not in _warned:

@@ -300,7 +300,8 @@ class InferenceContext:
 
         ``input_tokens``, ``output_tokens``, ``llama_build_number``, ``llama_commit`` always;
         after a computation also ``stop_reason``, ``prompt_ms``, ``generation_ms``,
-        ``tokens_per_second``, ``reused_tokens`` and, with ``n-probs``, ``probs``.
+        ``tokens_per_second``, ``reused_tokens``, with speculation on (``spec-type``) ``draft_tokens`` and
+        ``accepted_draft_tokens`` (0 when nothing was drafted) and, with ``n-probs``, ``probs``.
         """
         runtime = self._registry.runtime
         meta: dict[str, Any] = {
@@ -321,7 +322,7 @@ class InferenceContext:
             else 0.0,
             reused_tokens=result.reused_tokens,
         )
-        if result.drafted_tokens:
+        if result.drafted_tokens or draft_settings(self.params.options) is not None:  # 0 too: speculation is on
             meta.update(draft_tokens=result.drafted_tokens, accepted_draft_tokens=result.accepted_tokens)
         if result.probs:
             piece = self.model.weights.piece

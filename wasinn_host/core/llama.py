@@ -27,6 +27,7 @@ from .gguf_layout import read_layout
 from .grammar_sampling import GreedySampler, TopKGrammarSampler
 from .llama_bindings import llama_cpp
 from .llama_log import CAPTURE_LOCK, capture_llama_log, init_backend, route_llama_log
+from .load_errors import load_failure_cause
 from .offload import ModelSizes, choose_gpu_layers, fit_gpu_layers
 from .params import ModelParams, SamplingParams
 from .runtime import DEFAULT_SEQUENCES, MAX_DEFAULT_CTX, KvLayout
@@ -113,7 +114,7 @@ class LlamaModel:
         with capture_llama_log() as lines:
             model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
         if not model:
-            cause = "; ".join(line for line in lines if line)[-300:] or "not a valid GGUF model"
+            cause = load_failure_cause(lines)
             raise WasiNNError(ErrorKind.INVALID_ARGUMENT, f"llama.cpp could not load model file {str(path)!r}: {cause}")
         self.ptr = model
         self.vocab = llama_cpp.llama_model_get_vocab(model)

@@ -46,6 +46,7 @@ def check_model_file(path: Path) -> None:
 def _main(path: str) -> int:
     from .llama_bindings import llama_cpp
     from .llama_log import capture_llama_log, init_backend
+    from .load_errors import load_failure_cause
 
     init_backend()
     params = llama_cpp.llama_model_default_params()
@@ -53,7 +54,7 @@ def _main(path: str) -> int:
     with capture_llama_log() as lines:
         model = llama_cpp.llama_model_load_from_file(path.encode(), params)
     if not model:
-        print("; ".join(lines)[-300:] or "not a valid GGUF model")
+        print(load_failure_cause(lines))
         return 1
     llama_cpp.llama_model_free(model)
     return 0

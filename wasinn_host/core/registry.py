@@ -26,6 +26,7 @@ from typing import Callable, Iterable
 from .engine import ModelWorker
 from .errors import ErrorKind, WasiNNError
 from .limits import physical_memory
+from .load_errors import check_model_path
 from .params import ModelParams
 from .preload import Preload, parse_preload
 from .prompt_cache import PromptCache, model_identity
@@ -266,10 +267,7 @@ class ModelRegistry:
                 params, mmproj=_projector(preload, params.mmproj, params.mmproj_from_guest), mmproj_from_guest=False
             )
             path = preload.path
-            if not path.is_file():
-                raise WasiNNError(
-                    ErrorKind.MODEL_NOT_FOUND, f"model file {str(path)!r} for name {name!r} does not exist"
-                )
+            check_model_path(path, f" for name {name!r}")
             key = ("file", str(path.resolve()), params)
             model = self._models.get(key)
             if model is None:
@@ -392,8 +390,7 @@ class ModelRegistry:
                 raise WasiNNError(ErrorKind.NOT_FOUND, f"model name {name!r} is not preloaded")
             new_path = Path(path) if path is not None else old.path
             preload = Preload(name, new_path, old.encoding, old.target, old.mmproj)
-            if not preload.path.is_file():
-                raise WasiNNError(ErrorKind.MODEL_NOT_FOUND, f"model file {str(preload.path)!r} does not exist")
+            check_model_path(preload.path)
             self._preloads[name] = preload
             idle = []
             for key, model in list(self._models.items()):

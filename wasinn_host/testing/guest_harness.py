@@ -6,7 +6,8 @@ deadline and trap handling, through :func:`wasinn_host.runner.run_instances`), i
 1. the model name is turned into a file by :class:`~wasinn_host.testing.model_catalog.ModelFiles`;
 2. one host (:class:`WasiNN`) per (preload name, file, limits) is made on first use and kept, all on
    one interruptible wasmtime Engine, so each model loads once and each guest compiles once;
-3. the guest runs with its stdin, stdout and stderr in files, which are read back;
+3. the guest runs with its stdin, stdout and stderr in files, which are read back (the pieces of a
+   ``stream-stdout`` compute are in its stdout, where the guest's output has them, as ``wasinn run`` prints);
 4. the wasi-nn calls of its Store are counted (``calls``), by the name of the import: the
    ``wasi_ephemeral_nn`` functions for a core module, ``load-by-name``, ``init-execution-context``,
    ``compute`` ... for a component.
@@ -184,7 +185,7 @@ class GuestHarness:
             program_name=os.fspath(module) if not isinstance(module, bytes) else None,
         )
         nn.last_calls = Counter()
-        (instance,) = run_instances(nn, guest, list(args), options, 1, timeout)
+        (instance,) = run_instances(nn, guest, list(args), options, 1, timeout, timeout_name="--timeout")  # its line
         code, message = exit_status(instance)
         stdout, stderr = (_read_text(files[part]) for part in ("stdout", "stderr"))
         if message is not None:
