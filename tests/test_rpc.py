@@ -255,10 +255,11 @@ def test_stream_stdout_is_printed_by_the_client_not_the_server(
     remote: WasiNN, tmp_path: pathlib.Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """WasmEdge's basic example prints only a newline and relies on stream-stdout: the client, the
-    guest's host, prints the pieces; the server (in this process too) never does, so they appear once."""
+    guest's host, writes the pieces to the guest's stdout; the server (in this process too) never
+    prints, so they appear once."""
     code, out, _ = run_guest(remote, tmp_path, "complete", ["succ", "u"], env={"stream_stdout": "true"})
-    assert (code, out) == (0, "vwxyz</s>\n")
-    assert capfd.readouterr().out == "vwxyz</s>"
+    assert (code, out) == (0, "vwxyz</s>vwxyz</s>\n")
+    assert capfd.readouterr().out == ""
     code, out, _ = run_guest(remote, tmp_path, "complete", ["succ", "u"])
     assert (code, out, capfd.readouterr().out) == (0, "vwxyz</s>\n", "")
 
@@ -277,7 +278,7 @@ def test_pieces_stream_as_they_are_generated(remote: WasiNN) -> None:
 def test_stream_stdout_from_a_server_without_compute_pieces(
     registry: ModelRegistry, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """WasmEdge's server (no ComputePieces): the client prints the whole output after compute."""
+    """WasmEdge's server (no ComputePieces): the client writes the whole output after compute."""
 
     def unimplemented(self: NNService, request: Any, context: Any) -> Any:
         context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
@@ -287,7 +288,7 @@ def test_stream_stdout_from_a_server_without_compute_pieces(
     client = WasiNN(rpc=f"unix:{srv.address.unix_path}")
     try:
         code, out, _ = run_guest(client, tmp_path, "complete", ["succ", "u"], env={"stream_stdout": "true"})
-        assert (code, out, capfd.readouterr().out) == (0, "vwxyz</s>\n", "vwxyz</s>")
+        assert (code, out, capfd.readouterr().out) == (0, "vwxyz</s>vwxyz</s>\n", "")
     finally:
         client.close()
         srv.stop(1)

@@ -11,6 +11,9 @@ or, with your own wasmtime objects::
     store = wasmtime.Store(engine)
     nn.attach(store)          # per-Store handle tables, freed with the Store
     ...
+
+A Store's ``stream-stdout`` pieces go where its guest's stdout goes (``attach(stdout=...)``, see
+:mod:`wasinn_host.guest_stdout`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from .core.preload import Preload
 from .core.prompt_cache import PromptCache
 from .core.registry import LoadedModel, ModelRegistry
 from .ephemeral.imports import WasiNNImports
+from .guest_stdout import GuestStdout, PieceSink, inherited_stdout, python_stdout
 from .guest_stop import GuestStop
 from .observability.metrics import serve_metrics
 from .session import Session
@@ -69,7 +73,8 @@ class RunOptions:
     stdin: str | None = None
     stdout: str | None = None
     stderr: str | None = None
-    """File paths for the guest's stdio; None inherits the host's."""
+    """File paths for the guest's stdio; None inherits the host's.  The guest's ``stream-stdout`` pieces
+    go to its stdout, in order with its own writes."""
     program_name: str | None = None
     stop: GuestStop | None = None
     """Traps the guest at its time limit or on an interrupt (needs ``WasiNN(interruptible=True)`` and
@@ -137,7 +142,9 @@ class WasiNN:
         self.imports = WasiNNImports(self.backend, self.limits, self._allowed, legacy_output)
         self._wit: WitNNImports | None = None
         self._wit_lock = threading.Lock()
-        self._early_stores: weakref.WeakKeyDictionary[wasmtime.Store, tuple[Any, Any]] = weakref.WeakKeyDictionary()
+        self._early_stores: weakref.WeakKeyDictionary[wasmtime.Store, tuple[Any, Any, PieceSink]] = (
+            weakref.WeakKeyDictionary()
+        )
         """Stores attached before the component front end was built: it attaches them when it is."""
         self.interruptible = interruptible
         if engine is None:
@@ -165,8 +172,8 @@ class WasiNN:
                 from .wit.imports import WitNNImports
 
                 self._wit = WitNNImports(self.backend, self.limits, self._allowed, self.imports.contexts_alive)
-                for store, (allowed, dirs) in list(self._early_stores.items()):
-                    self._wit.attach(store, allowed, dirs)
+                for store, (allowed, dirs, sink) in list(self._early_stores.items()):
+                    self._wit.attach(store, allowed, dirs, sink)
                 self._early_stores.clear()
             return self._wit
 
@@ -177,24 +184,33 @@ class WasiNN:
         self.wit_imports.add_to_linker(linker)
 
     def attach(
-        self, store: wasmtime.Store, allowed_models: Iterable[str] | None = None, dirs: Sequence[tuple[str, str]] = ()
+        self,
+        store: wasmtime.Store,
+        allowed_models: Iterable[str] | None = None,
+        dirs: Sequence[tuple[str, str]] = (),
+        stdout: PieceSink | None = None,
     ) -> None:
         """Give ``store`` its own handle and resource tables, for core modules and components (freed
         with the Store).
 
         ``allowed_models`` limits which preloaded names this Store may load; ``dirs`` are the (host,
         guest) directories preopened for it, the only places its ``image`` config key may name.
+        ``stdout`` receives the Store's ``stream-stdout`` pieces: give the one that writes where the
+        guest's WASI stdout goes (:class:`~wasinn_host.guest_stdout.GuestStdout`'s ``write``); the default
+        writes to this process's file descriptor 1, where ``WasiConfig.inherit_stdout`` sends the guest's.
+        It is called on the model's worker thread and must not block; a failure logs one line.
         """
         allowed = tuple(allowed_models) if allowed_models is not None else None
-        self.imports.attach(store, allowed, dirs)
+        sink = stdout or inherited_stdout
+        self.imports.attach(store, allowed, dirs, sink)
         with self._wit_lock:
             if self._wit is None:
-                self._early_stores[store] = (allowed, dirs)
+                self._early_stores[store] = (allowed, dirs, sink)
                 wit = None
             else:
                 wit = self._wit
         if wit is not None:
-            wit.attach(store, allowed, dirs)
+            wit.attach(store, allowed, dirs, sink)
         self.sockets.attach(store)
 
     def detach(self, store: wasmtime.Store) -> None:
@@ -207,11 +223,16 @@ class WasiNN:
         self.sockets.detach(store)
 
     def session(
-        self, name: str, config: Mapping[str, Any] | str | bytes | None = None, dirs: Sequence[tuple[str, str]] = ()
+        self,
+        name: str,
+        config: Mapping[str, Any] | str | bytes | None = None,
+        dirs: Sequence[tuple[str, str]] = (),
+        stdout: PieceSink = python_stdout,
     ) -> Session:
         """An execution context on a preloaded ``name`` for use from Python (see :class:`Session`);
-        ``dirs`` (host directory, guest path) let its ``image`` key name files, as a guest's ``--dir``."""
-        return Session(self.backend, name, config, dirs)
+        ``dirs`` (host directory, guest path) let its ``image`` key name files, as a guest's ``--dir``;
+        ``stdout`` receives the pieces of a ``stream-stdout`` compute (default: ``sys.stdout``)."""
+        return Session(self.backend, name, config, dirs, stdout)
 
     @property
     def registry(self) -> ModelRegistry:
@@ -288,6 +309,18 @@ class WasiNN:
         """
         options = options or RunOptions()
         compiled = self.load_guest(module)
+        try:
+            stdout = GuestStdout(options.stdout)
+        except OSError as exc:
+            raise GuestError(f"cannot open the guest's stdout {options.stdout!r}: {exc.strerror or exc}") from None
+        try:
+            return self._run_in_store(compiled, module, args, options, stdout)
+        finally:
+            stdout.close()  # after the Store: everything the guest and its pieces wrote is in place
+
+    def _run_in_store(
+        self, compiled: Guest, module: ModuleSource, args: Sequence[str], options: RunOptions, stdout: GuestStdout
+    ) -> int:
         store = wasmtime.Store(self.engine)
         stop_hook: tuple[Any, ...] = ()
         if self.interruptible:
@@ -295,8 +328,8 @@ class WasiNN:
                 stop_hook = options.stop.install(store)
             else:
                 store.set_epoch_deadline(2**62)
-        store.set_wasi(_wasi_config(module, args, options))
-        self.attach(store, dirs=options.dirs)
+        store.set_wasi(_wasi_config(module, args, options, stdout))
+        self.attach(store, dirs=options.dirs, stdout=stdout.write)
         trap = None
         try:
             if isinstance(compiled, wasmtime.component.Component):
@@ -361,7 +394,9 @@ class WasiNN:
         self.sockets.cancel_all()
 
 
-def _wasi_config(module: ModuleSource, args: Sequence[str], options: RunOptions) -> wasmtime.WasiConfig:
+def _wasi_config(
+    module: ModuleSource, args: Sequence[str], options: RunOptions, stdout: GuestStdout
+) -> wasmtime.WasiConfig:
     wasi = wasmtime.WasiConfig()
     name = options.program_name or (str(module) if isinstance(module, (str, os.PathLike)) else "guest.wasm")
     wasi.argv = [name, *args]
@@ -372,10 +407,7 @@ def _wasi_config(module: ModuleSource, args: Sequence[str], options: RunOptions)
         wasi.inherit_stdin()
     else:
         wasi.stdin_file = options.stdin
-    if options.stdout is None:
-        wasi.inherit_stdout()
-    else:
-        wasi.stdout_file = options.stdout
+    stdout.configure(wasi)
     if options.stderr is None:
         wasi.inherit_stderr()
     else:

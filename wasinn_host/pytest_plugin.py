@@ -12,7 +12,8 @@ autoloading off, ``-p wasinn_host.pytest_plugin``)::
 ``model`` is a built-in test model (``successor``, ``demo``, ``random``: ``wasinn model --list``), a
 name that ``--wasinn-model NAME=PATH`` gives a file, or a GGUF path; ``name`` is the preload name
 the guest loads (default ``default``); ``env``, ``dirs``, ``stdin``, ``timeout`` and any
-:class:`~wasinn_host.Limits` field as a keyword work as for ``wasinn run``.  The work is done by
+:class:`~wasinn_host.Limits` field as a keyword work as for ``wasinn run``.  ``result.stdout`` is the
+guest's stdout as ``wasinn run`` prints it, ``stream-stdout`` pieces included.  The work is done by
 :class:`~wasinn_host.testing.guest_harness.GuestHarness`, one per test session: models are written
 and loaded once, guests compiled once.  This module imports only pytest at start-up, so every
 pytest session of a machine with wasinn-host installed stays as quick to start as before.

@@ -4,28 +4,26 @@ Guests run in threads (one Store each) while the main thread waits, so Ctrl-C an
 ``--timeout`` act at once: every Store checks the run's :class:`~wasinn_host.guest_stop.GuestStop`
 as the engine's epoch advances (a guest running wasm traps at its next check, within about
 50 ms) and in-flight inference is cancelled (a guest waiting in ``compute`` gets a runtime
-error, then traps).  With several instances each one's stdout and stderr go through a pipe and
-are copied to the terminal a whole line at a time; the copying ends when the instance does,
-even if something still holds the pipe open.
+error, then traps).  With several instances each one's stdout (its ``stream-stdout`` pieces with
+it) and stderr go through a pipe and are copied to the terminal a whole line at a time; the
+copying ends when the instance does, even if something still holds the pipe open.
 """
 
 from __future__ import annotations
 
 import os
-import select
 import sys
 import threading
 from dataclasses import dataclass, replace
-from typing import BinaryIO, Sequence
+from typing import Sequence
 
 import wasmtime
 
+from .guest_stdout import PipeCopier
 from .guest_stop import GuestStop
 from .host import GuestError, ModuleSource, RunOptions, WasiNN
 
 TICK_SECONDS = 0.01
-FINISH_POLL_SECONDS = 0.05
-"""How often an idle output copier looks whether its instance has ended."""
 
 
 class EpochTicker:
@@ -44,50 +42,6 @@ class EpochTicker:
     def stop(self) -> None:
         """Stop ticking."""
         self._stop.set()
-
-
-class LineForwarder:
-    """Copies a pipe to an output stream, one whole line at a time, under a shared lock."""
-
-    def __init__(self, source: int, sink: BinaryIO, lock: threading.Lock) -> None:
-        self._source = source
-        self._sink = sink
-        self._lock = lock
-        self._finished = threading.Event()
-        self._thread = threading.Thread(target=self._copy, daemon=True)
-        self._thread.start()
-
-    def _copy(self) -> None:
-        with os.fdopen(self._source, "rb", buffering=0) as pipe:
-            pending = b""
-            while True:
-                if not select.select([pipe], [], [], FINISH_POLL_SECONDS)[0]:
-                    if self._finished.is_set():
-                        break  # the writer has ended and everything it wrote has been read
-                    continue
-                chunk = pipe.read(65536)
-                if not chunk:
-                    break
-                pending += chunk
-                cut = pending.rfind(b"\n") + 1
-                if cut:
-                    self._write(pending[:cut])
-                    pending = pending[cut:]
-            if pending:
-                self._write(pending)
-
-    def _write(self, data: bytes) -> None:
-        with self._lock:
-            self._sink.write(data)
-            self._sink.flush()
-
-    def finish(self) -> None:
-        """The writer has ended: copy what is left and stop, even if the pipe is still open elsewhere."""
-        self._finished.set()
-
-    def join(self) -> None:
-        """Wait until everything written has been copied."""
-        self._thread.join()
 
 
 @dataclass
@@ -133,7 +87,7 @@ def run_instances(
     ticker = EpochTicker(nn.engine) if nn.interruptible else None
     options = replace(options, stop=stop)
     lock = threading.Lock()
-    forwarders: list[LineForwarder] = []
+    forwarders: list[PipeCopier] = []
     results = [InstanceResult() for _ in range(instances)]
     # Each instance's end, waited on instead of Thread.join: on Python 3.11, a Ctrl-C inside join can
     # mark a running thread as ended (threading's bpo-45274 handling), and the host's last line would
@@ -145,7 +99,7 @@ def run_instances(
         if instances > 1:
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
-            forwarders += [LineForwarder(out_r, sys.stdout.buffer, lock), LineForwarder(err_r, sys.stderr.buffer, lock)]
+            forwarders += [PipeCopier(out_r, sys.stdout.buffer, lock), PipeCopier(err_r, sys.stderr.buffer, lock)]
             instance_options = replace(
                 options,
                 stdout=f"/dev/fd/{out_w}",

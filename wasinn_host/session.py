@@ -17,6 +17,7 @@ from .core.config import EMPTY_CONFIG, ParsedConfig, parse_config
 from .core.errors import ErrorKind, WasiNNError
 from .core.generation import StopReason
 from .ephemeral.guest_files import give_image_reader, with_guest_projector
+from .guest_stdout import PieceSink, guarded, python_stdout
 
 
 def _parsed(config: Mapping[str, Any] | str | bytes | None) -> ParsedConfig:
@@ -32,7 +33,8 @@ class Session:
 
     ``dirs`` are (host directory, guest path) pairs, as a guest's ``--dir`` mappings: the ``image``
     config key names a file through them (over RPC too: the file travels inline); without them the
-    key is refused.
+    key is refused.  ``stdout`` receives the pieces of a :meth:`complete` whose config has
+    ``stream-stdout`` (default: ``sys.stdout`` as it is at the time).
     """
 
     def __init__(
@@ -41,8 +43,10 @@ class Session:
         name: str,
         config: Mapping[str, Any] | str | bytes | None = None,
         dirs: Sequence[tuple[str, str]] = (),
+        stdout: PieceSink = python_stdout,
     ) -> None:
         parsed = _parsed(config)
+        self._stdout = guarded(stdout, "the session's stdout")
         self._n_predict: int = parsed.stopping.get("n_predict", -1)
         """The session's ``n-predict`` (-1: none), which bounds :meth:`stream` as it bounds :meth:`complete`."""
         self._graph = backend.load_by_name(name, with_guest_projector(parsed, dirs))
@@ -64,7 +68,7 @@ class Session:
     def complete(self, prompt: str | bytes) -> str:
         """Generate the whole answer (the end-of-generation piece included, as guests see it)."""
         self._context.set_prompt(prompt.encode() if isinstance(prompt, str) else prompt)
-        self._context.generate()
+        self._context.generate(stdout=self._stdout)
         return self._context.output.decode("utf-8", "replace")
 
     def stream(self, prompt: str | bytes, max_tokens: int | None = None) -> Iterator[bytes]:

@@ -44,9 +44,12 @@ class BackendContext(Protocol):
     def set_prompt(self, data: bytes) -> None:
         """Set the prompt (text, or JSON messages with ``chat-template``)."""
 
-    def generate(self, on_piece: Callable[[bytes], None] | None = None) -> GenerationResult:
+    def generate(
+        self, on_piece: Callable[[bytes], None] | None = None, stdout: Callable[[bytes], None] | None = None
+    ) -> GenerationResult:
         """Generate the whole answer; its stop reason says why it ended.  ``on_piece`` receives each
-        token's bytes as it comes (else the context's ``stream-stdout`` prints them on stdout)."""
+        token's bytes as it comes; without it, the context's ``stream-stdout`` sends them to ``stdout``,
+        the caller's stdout (nowhere without one: a backend never prints on its own)."""
 
     def stream_step(self) -> GenerationResult:
         """Generate one token; the stop reason is ``TOKEN`` while the stream goes on."""

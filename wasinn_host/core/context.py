@@ -20,7 +20,7 @@ from typing import Any, Callable
 from ..observability.log_setup import apply_logging_keys
 from .config import MODEL_KEY_NAMES, ParsedConfig, as_json
 from .embedding import normalize
-from .engine import ContextState, print_piece
+from .engine import ContextState
 from .errors import ErrorKind, WasiNNError, invalid
 from .generation import GenerationRequest, GenerationResult, StopReason
 from .images import place_image, split_inline_images
@@ -184,13 +184,15 @@ class InferenceContext:
 
     # -- generation ----------------------------------------------------------------
 
-    def generate(self, on_piece: Callable[[bytes], None] | None = None) -> GenerationResult:
+    def generate(
+        self, on_piece: Callable[[bytes], None] | None = None, stdout: Callable[[bytes], None] | None = None
+    ) -> GenerationResult:
         """The whole answer (or the embedding, for an embedding model).
 
         A failure raises, with the output produced so far kept; a stop (end of generation,
         ``n-predict``, a stop string, a full context ...) is the result's ``stop_reason``.
-        ``on_piece`` receives each token's bytes as it is generated (else ``stream-stdout``
-        prints them on the host's stdout).
+        ``on_piece`` receives each token's bytes as it is generated; without it, ``stream-stdout``
+        sends them to ``stdout``, the caller's (the front end's sink for its guest's stdout).
         """
         tokens = self._checked_prompt()
         self.streaming = False
@@ -203,7 +205,7 @@ class InferenceContext:
             self._request(
                 tokens,
                 limit=min(limit, self.limits.max_n_predict),
-                on_piece=on_piece or (print_piece if stop.stream_stdout else None),
+                on_piece=on_piece or (stdout if stop.stream_stdout else None),
             )
         )
 

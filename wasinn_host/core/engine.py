@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -866,15 +865,3 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
-
-
-def print_piece(piece: bytes) -> None:
-    """``stream-stdout``: write a piece to the host's stdout at once."""
-    out = sys.stdout
-    try:
-        out.flush()
-        out.buffer.write(piece)
-        out.buffer.flush()
-    except (AttributeError, ValueError):
-        out.write(piece.decode("utf-8", "replace"))
-        out.flush()

@@ -24,9 +24,13 @@ METADATA_INDEX = 1
 class ExecutionContext:
     """One guest execution context: WasmEdge's indices and streaming calls over a backend context."""
 
-    def __init__(self, graph: BackendGraph, inner: BackendContext) -> None:
+    def __init__(
+        self, graph: BackendGraph, inner: BackendContext, stdout: Callable[[bytes], None] | None = None
+    ) -> None:
         self.graph = graph
         self.inner = inner
+        self.stdout = stdout
+        """Where ``stream-stdout`` pieces go: the guest's stdout."""
         self._metadata: tuple[int, bytes] = (-1, b"")
         self.touched = time.monotonic()
         """When a guest call last named this context."""
@@ -53,9 +57,9 @@ class ExecutionContext:
         self.inner.configure(config)
 
     def compute(self, on_piece: Callable[[bytes], None] | None = None) -> None:
-        """Generate the whole answer (each token's bytes to ``on_piece`` as it comes, if given); a full
-        context keeps the output and is reported."""
-        _raise_for_stop(self.inner.generate(on_piece))
+        """Generate the whole answer (each token's bytes to ``on_piece`` as it comes, if given, else with
+        ``stream-stdout`` to the guest's stdout); a full context keeps the output and is reported."""
+        _raise_for_stop(self.inner.generate(on_piece, self.stdout))
 
     def compute_single(self) -> None:
         """Generate one token; end-of-sequence and a full context are reported."""

@@ -25,6 +25,7 @@ from ..core.config import EMPTY_CONFIG, ParsedConfig, parse_config
 from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.limits import Limits
 from ..core.preload import Encoding, Target
+from ..guest_stdout import PieceSink, inherited_stdout
 from ..store_tables import StoreTable
 from .errno import errno_for
 from .guest_memory import U32_MASK, GuestMemory
@@ -83,18 +84,30 @@ class WasiNNImports:
 
     # -- Store bookkeeping ---------------------------------------------------------
 
-    def _new_state(self, allowed: Iterable[str] | None = None, dirs: Sequence[tuple[str, str]] = ()) -> StoreState:
-        return StoreState(self.limits, self.contexts_alive, allowed if allowed is not None else self.allowed, dirs)
+    def _new_state(
+        self,
+        allowed: Iterable[str] | None = None,
+        dirs: Sequence[tuple[str, str]] = (),
+        stdout: PieceSink = inherited_stdout,
+    ) -> StoreState:
+        return StoreState(
+            self.limits, self.contexts_alive, allowed if allowed is not None else self.allowed, dirs, stdout
+        )
 
     def attach(
-        self, store: wasmtime.Store, allowed: Iterable[str] | None = None, dirs: Sequence[tuple[str, str]] = ()
+        self,
+        store: wasmtime.Store,
+        allowed: Iterable[str] | None = None,
+        dirs: Sequence[tuple[str, str]] = (),
+        stdout: PieceSink = inherited_stdout,
     ) -> StoreState:
         """Register a Store: its state is freed with it, and its memory export is cached.
 
         ``allowed`` limits the model names this Store may load (default: the instance's list);
-        ``dirs`` are its preopened (host dir, guest dir) pairs, the only places its ``image`` key may name.
+        ``dirs`` are its preopened (host dir, guest dir) pairs, the only places its ``image`` key may name;
+        ``stdout`` receives its ``stream-stdout`` pieces (where its guest's stdout goes).
         """
-        state = self._new_state(allowed, dirs)
+        state = self._new_state(allowed, dirs, stdout)
         state.cache_memory = True
         return self.stores.put(store, state)
 

@@ -15,6 +15,7 @@ from ..backend.protocol import Backend, BackendGraph
 from ..core.config import ParsedConfig
 from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.limits import Limits
+from ..guest_stdout import PieceSink, guarded, inherited_stdout
 from .execution import ExecutionContext
 from .guest_files import give_image_reader, with_guest_projector
 from .guest_memory import U32_MASK
@@ -43,8 +44,11 @@ class StoreState:
         counter: ContextCounter,
         allowed: Iterable[str] | None = None,
         dirs: Sequence[tuple[str, str]] = (),
+        stdout: PieceSink = inherited_stdout,
     ) -> None:
         self.limits = limits
+        self.stdout = guarded(stdout, "the guest's stdout")
+        """Receives the ``stream-stdout`` pieces of this Store's computes (where its guest's stdout goes)."""
         self.dirs = tuple(dirs)
         """The guest's preopened (host dir, guest dir) pairs: where its ``image`` and ``mmproj`` files may be."""
         self.allowed = frozenset(allowed) if allowed is not None else None
@@ -102,7 +106,7 @@ class StoreState:
         self.check_context_room()
         inner = graph.open_context()
         give_image_reader(inner, self.dirs)
-        return self.add_context(ExecutionContext(graph, inner))
+        return self.add_context(ExecutionContext(graph, inner, self.stdout))
 
     def check_graph_room(self) -> None:
         """Refuse (busy) a new graph beyond ``max_graphs_per_store``."""

@@ -24,7 +24,6 @@ from typing import Any, Callable, Sequence
 import orjson
 
 from ..core.config import ParsedConfig
-from ..core.engine import print_piece
 from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.generation import GenerationResult, StopReason
 from .client_files import inline_image, without_client_keys
@@ -58,7 +57,8 @@ class RemoteContext:
         self._future: Any = None
         self.closed = False
         self.stream_stdout = bool(graph.config.stopping.get("stream_stdout", False))
-        """The guest's ``stream-stdout``: this client prints the pieces (a server never prints for a client)."""
+        """The guest's ``stream-stdout``: this client writes the pieces to the guest's stdout (a server
+        never prints for a client)."""
 
     def _set_input(self, index: int, data: bytes) -> None:
         tensor = nn.Tensor(dimensions=[len(data)], ty=U8, data=data)
@@ -114,13 +114,15 @@ class RemoteContext:
             data = inline_image(data, self.read_image(self.image_key))
         self._set_input(0, data)
 
-    def generate(self, on_piece: Callable[[bytes], None] | None = None) -> GenerationResult:
+    def generate(
+        self, on_piece: Callable[[bytes], None] | None = None, stdout: Callable[[bytes], None] | None = None
+    ) -> GenerationResult:
         """``Compute``; a full context keeps its output, as locally.
 
-        With ``on_piece`` (or the guest's ``stream-stdout``: the pieces are printed here, on the guest's
-        host) the pieces come as they are generated through this host's ``ComputePieces``; a server
-        without it computes first and the whole output goes to ``on_piece`` at the end."""
-        sink = on_piece or (print_piece if self.stream_stdout else None)
+        With ``on_piece`` (or the guest's ``stream-stdout``: the pieces go to ``stdout``, the guest's
+        stdout here on the guest's host) the pieces come as they are generated through this host's
+        ``ComputePieces``; a server without it computes first and the whole output goes to the sink at the end."""
+        sink = on_piece or (stdout if self.stream_stdout else None)
         try:
             if sink is None:
                 self._compute("Compute")

@@ -68,6 +68,7 @@ from wasinn_host.core.errors import WasiNNError
 from wasinn_host.core.limits import Limits
 from wasinn_host.core.params import ModelParams, SamplingParams
 from wasinn_host.ephemeral.imports import SIGNATURES
+from wasinn_host.guest_stdout import python_stdout
 from wasinn_host.store_tables import store_key
 from wasinn_host.testing.abi_guest import PAGE, AbiGuest, abi_guest_wat
 from wasinn_host.testing.gguf_models import SUCCESSOR_VOCAB_SIZE, char_token_id, write_successor_model
@@ -474,7 +475,7 @@ class AbiFuzzMachine(RuleBasedStateMachine):
         self.env = env
         self.nn = env.nn
         self.store = wasmtime.Store(env.nn.engine)
-        env.nn.attach(self.store)
+        env.nn.attach(self.store, stdout=python_stdout)  # sys.stdout: scripts/tools/fuzz_abi.py discards it
         linker = wasmtime.Linker(env.nn.engine)
         env.nn.add_to_linker(linker)
         instance = linker.instantiate(self.store, env.module)

@@ -30,6 +30,7 @@ from ..core.preload import Target
 from ..ephemeral.guest_files import with_guest_projector
 from ..ephemeral.metadata import metadata_json
 from ..ephemeral.store_state import ContextCounter
+from ..guest_stdout import PieceSink, inherited_stdout
 from ..store_tables import StoreTable, store_key
 from . import fast_calls
 from .error_code import ErrorCode, error_code_for
@@ -102,16 +103,24 @@ class WitNNImports:
     # -- Store bookkeeping ---------------------------------------------------------
 
     def attach(
-        self, store: wasmtime.Store, allowed: Iterable[str] | None = None, dirs: Sequence[tuple[str, str]] = ()
+        self,
+        store: wasmtime.Store,
+        allowed: Iterable[str] | None = None,
+        dirs: Sequence[tuple[str, str]] = (),
+        stdout: PieceSink = inherited_stdout,
     ) -> ComponentState:
         """Give ``store`` its resource tables, freed with the Store (or by :meth:`detach`); ``dirs`` are
-        the (host, guest) directories preopened for it, the only places its ``image`` key may name."""
-        return self.stores.put(store, self._new_state(allowed if allowed is not None else self.allowed, dirs))
+        the (host, guest) directories preopened for it, the only places its ``image`` key may name;
+        ``stdout`` receives its ``stream-stdout`` pieces (where its guest's stdout goes)."""
+        return self.stores.put(store, self._new_state(allowed if allowed is not None else self.allowed, dirs, stdout))
 
     def _new_state(
-        self, allowed: frozenset[str] | Iterable[str] | None, dirs: Sequence[tuple[str, str]] = ()
+        self,
+        allowed: frozenset[str] | Iterable[str] | None,
+        dirs: Sequence[tuple[str, str]] = (),
+        stdout: PieceSink = inherited_stdout,
     ) -> ComponentState:
-        return ComponentState(self.limits, self.contexts_alive, allowed, dirs)
+        return ComponentState(self.limits, self.contexts_alive, allowed, dirs, stdout)
 
     def detach(self, store: wasmtime.Store) -> None:
         """Free ``store``'s resources now."""
@@ -310,7 +319,7 @@ class WitNNImports:
         if request.config is not None:
             context.configure(request.config)
         context.set_prompt(request.prompt)
-        context.generate()
+        context.generate(stdout=state.stdout)
         answer = answer_tensors(request, bytes(context.output), context.embedding, metadata_json(context.metadata()))
         return [(name, _own(TENSOR, state.add_tensor(tensor))) for name, tensor in answer]
 

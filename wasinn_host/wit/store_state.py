@@ -17,6 +17,7 @@ from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.limits import Limits
 from ..ephemeral.guest_files import give_image_reader
 from ..ephemeral.store_state import ContextCounter
+from ..guest_stdout import PieceSink, guarded, inherited_stdout
 from .error_code import ErrorCode
 from .tensors import HostTensor
 
@@ -42,8 +43,11 @@ class ComponentState:
         counter: ContextCounter,
         allowed: Iterable[str] | None = None,
         dirs: Sequence[tuple[str, str]] = (),
+        stdout: PieceSink = inherited_stdout,
     ) -> None:
         self.limits = limits
+        self.stdout = guarded(stdout, "the component's stdout")
+        """Receives the ``stream-stdout`` pieces of this Store's computes (where its guest's stdout goes)."""
         self.allowed = frozenset(allowed) if allowed is not None else None
         self.dirs = list(dirs)
         """The (host, guest) directories preopened for the component: where its ``image`` key may point."""
