@@ -8,6 +8,11 @@ only ``i32`` values and return one, so this module registers a ctypes callback w
 in one copy, calls a Python function ``(caller_ptr, context_address, *args) -> int``
 and writes the result back in place.
 
+Each callback lives as long as wasmtime's function does, not longer: it is registered
+with an ``env`` number and wasmtime's finalizer for that function (run when the last
+Linker and Store holding it are dropped) releases it, so an embedding process that
+makes a Linker per run holds no callbacks of finished runs.
+
 Only the private ``wasmtime._ffi`` handle of the pinned wasmtime-py release is used;
 new function objects are made from the shared library so wasmtime-py's own
 prototypes are left untouched.
@@ -16,6 +21,7 @@ prototypes are left untouched.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import struct
 from typing import Any, Callable
 
@@ -56,12 +62,19 @@ _export_get = _function(
     "wasmtime_caller_export_get", ctypes.c_bool, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_void_p
 )
 
-_KEEP_ALIVE: list[object] = []  # callbacks must outlive every Linker and Store using them
+_KEEP_ALIVE: dict[int, object] = {}
+"""The callbacks wasmtime may still call, by their ``env`` number (each is released by its finalizer)."""
+_NEXT_ENV = itertools.count(1)
 
 
-@FINALIZER
-def _no_finalizer(_env: int) -> None:
-    return None
+def _release(env: int | None, live: dict[int, object] = _KEEP_ALIVE) -> None:
+    """The finalizer wasmtime runs for a host function: no Linker or Store holds it any more."""
+    live.pop(env or 0, None)
+
+
+_RELEASE = FINALIZER(_release)
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(_RELEASE))
+"""Never freed: wasmtime may call it while the interpreter shuts down (a Linker freed late)."""
 
 
 class MemoryRef:
@@ -121,11 +134,11 @@ def define_i32_func(linker: wasmtime.Linker, module: str, name: str, arity: int,
             return trap_pointer(f"wasi_ephemeral_nn.{name}: host error: {type(exc).__name__}: {exc}")
 
     native = CALLBACK(callback)
-    _KEEP_ALIVE.append(native)
     i32 = wasmtime.ValType.i32()
-    functype = wasmtime.FuncType([i32] * arity, [i32])
-    _KEEP_ALIVE.append(functype)
+    functype = wasmtime.FuncType([i32] * arity, [i32])  # copied by wasmtime
     module_b, name_b = module.encode(), name.encode()
+    env = next(_NEXT_ENV)
+    _KEEP_ALIVE[env] = native
     error = _define_unchecked(
         linker.ptr(),
         module_b,
@@ -134,8 +147,9 @@ def define_i32_func(linker: wasmtime.Linker, module: str, name: str, arity: int,
         len(name_b),
         ctypes.cast(functype.ptr(), ctypes.c_void_p),
         native,
-        None,
-        _no_finalizer,
+        env,
+        _RELEASE,
     )
-    if error:
+    if error:  # wasmtime ran the finalizer already (it drops what it was given)
+        _KEEP_ALIVE.pop(env, None)
         raise wasmtime.WasmtimeError._from_ptr(ctypes.cast(error, ctypes.POINTER(ffi.wasmtime_error_t)))
