@@ -19,7 +19,7 @@ import pytest
 from wasinn_host import ErrorKind, ModelRegistry, WasiNN, WasiNNError
 from wasinn_host.core.preload import Preload
 from wasinn_host.core.prompt_cache import PromptCache
-from wasinn_host.core.prompt_cache_entry import TEMP_PREFIX, read_header, read_state, write_entry
+from wasinn_host.core.prompt_cache_entry import TEMP_PREFIX, read_header, read_state, read_tokens, write_entry
 from wasinn_host.testing.gguf_models import write_random_model
 from wasinn_host.testing.guest_runs import wasinn_cli
 from wasinn_host.testing.vision_models import img_tag, solid_png, write_vision_model
@@ -84,7 +84,7 @@ def test_wasinn_run_twice_is_a_warm_start_with_the_same_output(
     n = meta0["input_tokens"]
     assert (meta0["reused_tokens"], meta1["reused_tokens"], meta2["reused_tokens"]) == (0, 0, n - 1)
     (entry,) = entries(tmp_path / "cache")
-    assert len(read_header(entry).tokens) == n
+    assert read_header(entry).n_tokens == n
 
 
 def test_embedding_api_restores_a_shared_prefix_exactly(random_model: pathlib.Path, tmp_path: pathlib.Path) -> None:
@@ -131,7 +131,7 @@ def test_bad_entries_are_ignored_with_one_log_line(
     assert len(lines) == 1 and "truncated" in lines[0]
 
     # a state llama.cpp cannot use, under the right model and tokens (a valid checksum)
-    write_entry(entry, info.model, info.tokens, memoryview(b"\x01" * 64))
+    write_entry(entry, info.model, read_tokens(info), memoryview(b"\x01" * 64))
     text, meta, lines = warm_run()
     assert (text, meta["reused_tokens"]) == (expected, 0)
     assert len(lines) == 1 and "refused" in lines[0]
@@ -162,7 +162,7 @@ def test_the_directory_stays_within_its_size_bound(random_model: pathlib.Path, t
     for prompt in prompts[1:]:
         outputs.append(complete(random_model, prompt, cache)[0])
         assert sum(p.stat().st_size for p in entries(cache_dir)) <= cache.max_bytes
-    kept = {read_header(p).tokens[1] for p in entries(cache_dir)}
+    kept = {read_header(p).head[1] for p in entries(cache_dir)}
     assert len(kept) == 2 and cache.evictions == 2  # A and B went; C and D, the newest, stay
     # the newest entry serves a warm start; the evicted one is decoded again, with the same output
     assert complete(random_model, prompts[3], cache)[1]["reused_tokens"] > 0
@@ -218,7 +218,7 @@ def test_path_prompt_cache_names_an_entry_inside_the_directory(
     cache = tmp_path / "cache"
     text, _ = complete(random_model, "short prompt", str(cache), **{"path-prompt-cache": "chats/one.bin"})
     named = cache / "chats" / "one.bin"
-    assert len(read_header(named).tokens) == 13  # BOS + 12 characters
+    assert read_header(named).n_tokens == 13  # BOS + 12 characters
     assert entries(cache) == [named]  # a short prompt is saved only because it was named
     warm, meta = complete(random_model, "short prompt", str(cache), **{"path-prompt-cache": "chats/one.bin"})
     assert warm == text and meta["reused_tokens"] == 12

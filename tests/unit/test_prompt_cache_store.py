@@ -11,7 +11,7 @@ import pytest
 from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.backend.fake import FakeRuntime
 from wasinn_host.core.prompt_cache import MIN_TOKENS, PromptCache, valid_entry_name
-from wasinn_host.core.prompt_cache_entry import EntryError, read_header, read_state, write_entry
+from wasinn_host.core.prompt_cache_entry import EntryError, read_header, read_state, read_tokens, write_entry
 from wasinn_host.prompt_cache_cli import parse_size
 
 
@@ -19,7 +19,7 @@ def test_an_entry_reads_back_and_every_damage_is_detected(tmp_path: pathlib.Path
     path = tmp_path / "e.wnkv"
     size = write_entry(path, "model-a", [1, 2, 3, -4], memoryview(b"state bytes"))
     info = read_header(path)
-    assert (info.model, info.tokens, info.state_bytes, info.size) == ("model-a", (1, 2, 3, -4), 11, size)
+    assert (info.model, read_tokens(info), info.state_bytes, info.size) == ("model-a", (1, 2, 3, -4), 11, size)
     assert bytes(read_state(info)) == b"state bytes"
     good = path.read_bytes()
     for damaged, why in [

@@ -13,17 +13,23 @@ identity (file path, size and mtime, or the hash of guest bytes; the llama.cpp b
    only the rest.  A state llama.cpp refuses leaves the sequence empty (one log line).
 3. **Save** (the worker thread, once the prompt is decoded): a prompt with at least ``min_tokens``
    freshly decoded tokens (or a ``path-prompt-cache`` name) has its sequence's state copied out;
-   a writer thread writes it atomically and evicts the least recently used entries beyond
-   ``max_bytes``.  Prompts with images are never saved.
+   a writer thread evicts the least recently used entries until the new one fits in ``max_bytes``
+   and writes it atomically; a full disk evicts as many bytes as the entry needs and writes once
+   more.  An entry larger than the whole bound is not written (one WARNING per cache).  Prompts
+   with images are never saved.
 
 Corrupt, truncated or replaced entries are ignored with one log line (and removed if they are
-ours); foreign files in the directory are left alone.  Several processes may share a directory.
+ours); foreign files in the directory are left alone, and only regular files are ever opened (a
+named pipe or a link in the directory is skipped with one log line, never waited on or followed).
+No read holds more of an entry's tokens than the prompt it is matched with.  Several processes
+may share a directory.
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
+import errno
 import hashlib
 import logging
 import os
@@ -31,9 +37,22 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from stat import S_ISREG
 from typing import Protocol
 
-from .prompt_cache_entry import MAGIC, TEMP_PREFIX, EntryError, EntryInfo, read_header, read_state, write_entry
+from .prompt_cache_entry import (
+    MAGIC,
+    TEMP_PREFIX,
+    EntryError,
+    EntryInfo,
+    is_regular,
+    open_regular,
+    planned_size,
+    read_header,
+    read_state,
+    shared_prefix,
+    write_entry,
+)
 
 log = logging.getLogger("wasinn_host")
 
@@ -45,7 +64,10 @@ SUFFIX = ".wnkv"
 MAX_PENDING_BYTES = 512 << 20
 """States waiting for the writer thread beyond this are dropped rather than held in memory."""
 STALE_TEMP_S = 600.0
+FLUSH_TIMEOUT_S = 120.0
+"""How long :meth:`PromptCache.flush` (at exit, or when a registry closes) waits for the writer."""
 _CANDIDATES = 3
+_DISK_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 
 
 class SequenceState(Protocol):
@@ -86,10 +108,12 @@ def model_identity(kind: str, where: str, commit: str, flash_attn: str) -> str:
 
 @dataclass(frozen=True)
 class Prefetched:
-    """A verified entry read for a job: its header, the prefix it shares with the job, its state."""
+    """A verified entry read for a job: its header, the prefix it shares with the job (its length and
+    tokens), its state."""
 
     info: EntryInfo
     common: int
+    tokens: tuple[int, ...]
     state: memoryview
 
 
@@ -120,11 +144,12 @@ class PromptCache:
         self._pending_bytes = 0
         self._writing = False
         self._thread: threading.Thread | None = None
+        self._too_large_logged = False
         self.hits = 0
         self.writes = 0
         self.evictions = 0
         self.rejected = 0
-        atexit.register(self.flush)
+        atexit.register(self._flush_at_exit)
 
     def __repr__(self) -> str:
         return f"PromptCache({str(self.directory)!r}, max_bytes={self.max_bytes})"
@@ -146,8 +171,11 @@ class PromptCache:
                     self._remove_stale_temp(path)
                     continue
                 try:
-                    stat = path.stat()
+                    stat = path.lstat()  # a link is not followed, a named pipe not opened
                 except OSError:
+                    continue
+                if not S_ISREG(stat.st_mode):
+                    self._skip_special(path, stat)
                     continue
                 with self._lock:
                     known = self._index.get(path)
@@ -162,9 +190,16 @@ class PromptCache:
             self._index = index
         return list(index.values())
 
+    def _skip_special(self, path: Path, stat: os.stat_result) -> None:
+        """A link, named pipe, socket or device in the directory: one log line, left alone."""
+        key = (str(path), stat.st_mode, stat.st_mtime_ns)
+        if key not in self._logged:
+            self._logged.add(key)
+            log.warning("prompt cache: ignoring %s: not a regular file (entries are regular files); left alone", path)
+
     def _remove_stale_temp(self, path: Path) -> None:
         try:
-            if time.time() - path.stat().st_mtime > STALE_TEMP_S:
+            if time.time() - path.lstat().st_mtime > STALE_TEMP_S:
                 path.unlink()
         except OSError:
             pass
@@ -202,30 +237,36 @@ class PromptCache:
         scored = []
         for info in self._scan():
             if info.model == model:
-                common = _common_prefix(info.tokens, wanted)
+                try:
+                    common = shared_prefix(info, wanted)
+                except EntryError as err:
+                    self._reject(info.path, info.size, info.mtime_ns, err)
+                    continue
                 if common - have >= self.min_tokens:
                     scored.append((common, info.mtime_ns, info))
         scored.sort(key=lambda s: (s[0], s[1]), reverse=True)
         for common, _mtime, info in scored[:_CANDIDATES]:
             try:
-                return Prefetched(info, common, read_state(info))
+                return _prefetched(info, wanted[:common])
             except EntryError as err:
                 self._reject(info.path, info.size, info.mtime_ns, err)
         return None
 
     def _named(self, model: str, wanted: list[int], have: int, name: str) -> Prefetched | None:
         path = self._entry_path(model, wanted, name)
-        if path is None or not path.is_file():
+        if path is None or not is_regular(path):
             return None
         try:
             info = read_header(path)
-            common = _common_prefix(info.tokens, wanted)
-            if info.model != model or common <= have:
+            if info.model != model:
                 return None
-            return Prefetched(info, common, read_state(info))
+            common = shared_prefix(info, wanted)
+            if common <= have:
+                return None
+            return _prefetched(info, wanted[:common])
         except EntryError as err:
             try:
-                stat = path.stat()
+                stat = path.lstat()
             except OSError:
                 return None
             self._reject(path, stat.st_size, stat.st_mtime_ns, err)
@@ -254,9 +295,9 @@ class PromptCache:
             return False
         try:
             info = read_header(path)  # the file as it is now (another process may have replaced it)
+            return info.model == model and info.n_tokens == len(tokens) and shared_prefix(info, tokens) == len(tokens)
         except EntryError:
             return False
-        return info.model == model and info.tokens == tuple(tokens)
 
     # -- writing -------------------------------------------------------------------
 
@@ -281,12 +322,9 @@ class PromptCache:
         if path is None:
             log.warning("prompt cache: entry name %r leads outside %s; not saved", name, self.directory)
             return False
-        if len(state) > self.max_bytes:
-            log.warning(
-                "prompt cache: a state of %d MiB exceeds --nn-prompt-cache-size (%d MiB); not saved",
-                len(state) >> 20,
-                self.max_bytes >> 20,
-            )
+        size = planned_size(model, len(tokens), len(state))
+        if size > self.max_bytes:
+            self._too_large(size)
             return False
         with self._cv:
             if self._pending_bytes + len(state) > MAX_PENDING_BYTES:
@@ -300,11 +338,37 @@ class PromptCache:
             self._cv.notify_all()
         return True
 
-    def flush(self) -> None:
-        """Wait until every queued state is on disk."""
+    def _too_large(self, size: int) -> None:
+        """An entry larger than the whole bound: never written (it would be evicted at once); said
+        once per cache at WARNING, later ones at DEBUG."""
+        level = logging.DEBUG if self._too_large_logged else logging.WARNING
+        self._too_large_logged = True
+        log.log(
+            level,
+            "prompt cache: an entry of %s exceeds --nn-prompt-cache-size (%s); prompts that large are not saved",
+            mib(size),
+            mib(self.max_bytes),
+        )
+
+    def flush(self, timeout: float | None = FLUSH_TIMEOUT_S) -> bool:
+        """Wait until every queued state is on disk, at most ``timeout`` seconds (None: for ever);
+        False (and one log line) if states were still waiting then."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cv:
             while self._queue or self._writing:
-                self._cv.wait(0.1)
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    waiting = len(self._queue) + int(self._writing)
+                    log.warning("prompt cache: %d states still not written after %g s; not waiting", waiting, timeout)
+                    return False
+                self._cv.wait(0.1 if left is None else min(0.1, left))
+        return True
+
+    def _flush_at_exit(self) -> None:
+        try:
+            self.flush()
+        except KeyboardInterrupt:  # a second Ctrl-C while the writer finishes: exit now
+            pass
 
     def _write_loop(self) -> None:
         while True:
@@ -324,22 +388,36 @@ class PromptCache:
                     self._cv.notify_all()
 
     def _write(self, item: _Write) -> None:
+        """Make room within the bound, write; on a full disk evict what the entry needs and write once more."""
         item.path.parent.mkdir(parents=True, exist_ok=True)
-        write_entry(item.path, item.model, item.tokens, item.state)
+        size = planned_size(item.model, len(item.tokens), len(item.state))
+        self.evict(room=size, replacing=item.path)
+        try:
+            write_entry(item.path, item.model, item.tokens, item.state)
+        except OSError as exc:
+            if exc.errno not in _DISK_FULL:
+                raise
+            if not self.evict(room=size, replacing=item.path, free=size):
+                raise
+            write_entry(item.path, item.model, item.tokens, item.state)
         self.writes += 1
         info = read_header(item.path)
         with self._lock:
             self._index[item.path] = info
-        self.evict()
+        self.evict()  # other processes may have written meanwhile
 
-    def evict(self) -> int:
-        """Remove the least recently used entries until the directory holds at most ``max_bytes``;
+    def evict(self, room: int = 0, replacing: Path | None = None, free: int = 0) -> int:
+        """Remove the least recently used entries until the directory holds at most ``max_bytes``
+        less ``room`` (the size of an entry about to be written at ``replacing``, whose old version
+        does not count) and, with ``free``, until at least ``free`` bytes are gone (a full disk);
         return how many were removed."""
         entries = sorted(self._scan(), key=lambda e: e.mtime_ns)
-        total = sum(e.size for e in entries)
+        total = sum(e.size for e in entries if e.path != replacing)
+        limit = self.max_bytes - room
         gone: list[Path] = []
+        freed = 0
         for entry in entries:
-            if total <= self.max_bytes:
+            if total <= limit and freed >= free:
                 break
             try:
                 entry.path.unlink()
@@ -348,13 +426,16 @@ class PromptCache:
             except OSError:
                 continue
             gone.append(entry.path)
-            total -= entry.size
+            freed += entry.size
+            if entry.path != replacing:
+                total -= entry.size
         if gone:
             self.evictions += len(gone)
             with self._lock:
                 for path in gone:
                     self._index.pop(path, None)
-            log.info("prompt cache: evicted %d entries to stay within %d MiB", len(gone), self.max_bytes >> 20)
+            why = f"for a {mib(free)} entry on a full disk" if free else f"to stay within {mib(self.max_bytes)}"
+            log.info("prompt cache: evicted %d entries (%s) %s", len(gone), mib(freed), why)
         return len(gone)
 
     def status(self) -> dict[str, object]:
@@ -401,7 +482,7 @@ class ModelPromptCache:
             return []
         context.seq_rm(seq_id, found.common)
         self.cache.touch(found.info)
-        return list(found.info.tokens[: found.common])
+        return list(found.tokens)
 
     def save(self, context: SequenceState, seq_id: int, tokens: list[int], fresh: int, name: str) -> None:
         """Save the state of a sequence holding exactly ``tokens`` if ``fresh`` of them were decoded
@@ -431,7 +512,7 @@ def log_ignored_name(name: str) -> None:
 def _same_version(path: Path, size: int, mtime_ns: int) -> bool:
     """Whether ``path`` is still the file version that was read (not replaced by another process)."""
     try:
-        stat = path.stat()
+        stat = path.lstat()
     except OSError:
         return False
     return (stat.st_size, stat.st_mtime_ns) == (size, mtime_ns)
@@ -439,17 +520,25 @@ def _same_version(path: Path, size: int, mtime_ns: int) -> bool:
 
 def _starts_with_magic(path: Path) -> bool:
     try:
-        with open(path, "rb") as handle:
-            return handle.read(len(MAGIC)) == MAGIC
+        fd, _stat = open_regular(path)
+    except EntryError:
+        return False
+    try:
+        return os.pread(fd, len(MAGIC), 0) == MAGIC
     except OSError:
         return False
+    finally:
+        os.close(fd)
 
 
-def _common_prefix(a: tuple[int, ...], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    if list(a[:n]) == b[:n]:
-        return n
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+def _prefetched(info: EntryInfo, tokens: list[int]) -> Prefetched:
+    """The verified state of ``info``, whose tokens start with ``tokens`` (EntryError otherwise)."""
+    return Prefetched(info, len(tokens), tuple(tokens), read_state(info, tokens))
+
+
+def mib(size: int) -> str:
+    """A size in MiB with the decimals it needs: ``1.50 MiB``, ``0.000954 MiB`` (never ``0 MiB``)."""
+    value = size / (1 << 20)
+    if value >= 0.01 or size == 0:
+        return f"{value:.2f} MiB"
+    return f"{value:.3g} MiB" if value >= 1e-4 else f"{value:.6f} MiB"
