@@ -3,7 +3,9 @@
 Contexts that start together with the same long system prompt decode it once: the first decodes
 it, the others wait for it and copy its cells (``llama_memory_seq_cp``).  Their answers must be
 the ones each prompt gives alone, and each sequence's cells must stay its own when the sequence it
-copied from is freed or overwritten.
+copied from is freed or overwritten.  The successor model's answers are exact; SmolLM2's are checked
+against llama.cpp decoding each prompt alone, within the margin llama.cpp's kernels allow
+(:mod:`wasinn_host.testing.numerics`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.core.context import InferenceContext
 from wasinn_host.core.engine import MIN_SHARED_PREFIX, ModelWorker
 from wasinn_host.session import Session
+from wasinn_host.testing.native_llama import NativeModel
+from wasinn_host.testing.numerics import check_greedy
 from wasinn_host.testing.real_models import real_model_path
 
 TOY = {"temp": 0, "ctx-size": 512, "n-parallel": 8, "n-predict": 6}
@@ -122,7 +126,7 @@ def test_a_short_shared_prefix_is_decoded_not_copied(nn: WasiNN) -> None:
     second.close()
 
 
-# -- a real model: bit-identical answers from copied cells --------------------------------
+# -- a real model: the answers each prompt gives alone, from copied cells ----------------
 
 
 @pytest.fixture(scope="module")
@@ -132,12 +136,22 @@ def smollm2() -> Iterator[WasiNN]:
     registry.close()
 
 
-def test_smollm2_shared_system_prompt(smollm2: WasiNN) -> None:
+@pytest.fixture(scope="module")
+def native() -> Iterator[NativeModel]:
+    model = NativeModel(real_model_path("smollm2"), threads=2)
+    yield model
+    model.close()
+
+
+def test_smollm2_shared_system_prompt(smollm2: WasiNN, native: NativeModel) -> None:
     """The first context decodes its whole prompt; the others, started while it does, copy the shared
-    part and decode the rest.  Each answer must be the one its prompt gives alone, decoded in the same
-    two pieces (one thread: llama.cpp's logits then depend on where a prompt is split, not on what
-    else shares a batch)."""
-    config = {"temp": 0, "ctx-size": 1024, "threads": 1, "n-parallel": 4, "n-predict": 12}
+    part and decode the rest.  Each answer must be the one its prompt gives alone, as far as llama.cpp's
+    numerics allow: the copied cells were computed in the leader's batches and the rest is decoded beside
+    other sequences, which takes other kernels than one prompt decoded alone (on AVX-512 machines the
+    greedy text then differs where two tokens are close).  So llama.cpp decoding each prompt alone follows
+    its answer, and every token must be within ``MARGIN`` of its best, and be its best wherever that
+    leads by more."""
+    config = {"temp": 0, "ctx-size": 1024, "threads": 2, "n-parallel": 4, "n-predict": 16}
     system = (
         "<|im_start|>system\nYou are a museum guide. The museum opens at nine and closes at six. Tickets cost "
         "twelve euros, six for children. Tours start every hour from the main hall and last fifty minutes. "
@@ -145,20 +159,16 @@ def test_smollm2_shared_system_prompt(smollm2: WasiNN) -> None:
     )
     questions = ["When does it open?", "What does a ticket cost?", "Can I take photos?", "Is there a cafe?"]
     prompts = [f"{system}<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n" for q in questions]
-    expected = [alone(smollm2, "smollm2", config, prompts[0])]
-    for prompt in prompts[1:]:
-        with smollm2.session("smollm2", config) as reference:
-            reference.configure({"n-predict": 0})
-            reference.complete(prompts[0])  # decodes the leader's prompt, as the leader does
-            reference.configure({"n-predict": 12})
-            expected.append(reference.complete(prompt))  # keeps the shared prefix, decodes the rest
     sessions = [smollm2.session("smollm2", config) for _ in prompts]
     worker = worker_of(sessions[0])
     shared = worker.shared_prefix_tokens
-    answers = [""] * len(prompts)
+    answers: list[list[int]] = [[] for _ in prompts]
 
     def one(i: int) -> None:
-        answers[i] = sessions[i].complete(prompts[i])
+        sessions[i].complete(prompts[i])
+        context = sessions[i]._context
+        assert isinstance(context, InferenceContext)
+        answers[i] = list(context.output_tokens)
 
     leader = threading.Thread(target=one, args=(0,))
     leader.start()
@@ -169,8 +179,10 @@ def test_smollm2_shared_system_prompt(smollm2: WasiNN) -> None:
         t.start()
     for t in [leader, *others]:
         t.join(120)
-    assert answers == expected
     assert worker.shared_prefix_tokens - shared >= 3 * 50
     cells_match(worker)
     for session in sessions:
         session.close()
+    for prompt, tokens in zip(prompts, answers):
+        assert len(tokens) == config["n-predict"] or native.is_eog(tokens[-1]), tokens
+        check_greedy(native.follow(native.tokenize(prompt.encode()), tokens, n_ctx=1024))

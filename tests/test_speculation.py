@@ -1,11 +1,12 @@
 """Speculative decoding through llama.cpp: the same tokens as plain decoding, greedy and sampled.
 
-The toy models (successor, and its noisy twin for sampling) run through a guest-facing session;
-SmolLM2 (a real BPE model) checks a real answer that repeats its prompt.  SmolLM2 runs on one thread
-here: with several, llama.cpp splits a one-token decode's work differently from a batch's, so a
-logit can differ in its last bits between plain and batched decoding (the engine's verification
-batch) and a near-tie can resolve the other way; on one thread its kernels give the same logits
-for a token whatever else is in the batch, so any difference would be the engine's.
+The toy models (successor, and its noisy twin for sampling) run through a guest-facing session; their
+logits are exact whatever the batch, so speculative and plain texts are equal token for token, greedy
+and sampled.  SmolLM2 (a real BPE model) checks a real answer that repeats its prompt.  Its plain text
+equals llama.cpp's own decode (the same calls); the speculative one is verified in batches of several
+tokens, which llama.cpp computes with other kernels than one token (differently again on AVX-512
+machines), so llama.cpp alone follows it and each token must be within the margin those kernels allow
+of its best (:mod:`wasinn_host.testing.numerics`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from wasinn_host.core.context import InferenceContext
 from wasinn_host.core.errors import WasiNNError
 from wasinn_host.session import Session
 from wasinn_host.testing.gguf_models import write_successor_model
+from wasinn_host.testing.native_llama import NativeModel
+from wasinn_host.testing.numerics import check_forced, check_greedy
 from wasinn_host.testing.real_models import real_model_path
 
 SPEC = {"spec-type": "ngram-simple"}
@@ -61,12 +64,14 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WasiNN]:
     registry.close()
 
 
-def test_sampled_same_draws(mixed: WasiNN) -> None:
+@pytest.mark.parametrize("chain", [{}, {"repeat-penalty": 1.3, "last-n-penalty": 64, "top-p": 0.9}])
+def test_sampled_same_draws(mixed: WasiNN, chain: dict[str, float]) -> None:
     """With the same seed the sampler makes the same draws from the same distributions: verification
-    samples every token as plain decoding does, whatever the draft says."""
+    samples every token as plain decoding does, whatever the draft says (a repeat penalty sees each
+    verified token as plain decoding's does).  The model's logits are exact in any batch, on any CPU."""
     drafted = accepted = 0
     for seed in range(1, 7):
-        config = {"temp": 0.8, "seed": seed, "min-p": 0.0, "top-p": 1.0, "n-predict": 48, "ctx-size": 256}
+        config = {"temp": 0.8, "seed": seed, "min-p": 0.0, "top-p": 1.0, "n-predict": 48, "ctx-size": 256, **chain}
         prompt = "abcdefghij abcdefghij abcdefghij abcdefghij abc"
         plain, _ = complete(mixed, "mixed", prompt, **config, **{"ignore-eos": True})
         fast, meta = complete(mixed, "mixed", prompt, **config, **{"ignore-eos": True}, **SPEC)
@@ -117,6 +122,10 @@ def test_context_closed_mid_speculation(nn: WasiNN) -> None:
 
 # -- a real model -----------------------------------------------------------------------
 
+SMOL: dict[str, Any] = {"ctx-size": 512, "threads": 2, "n-predict": 64, "cache-prompt": False}
+REPEAT = f"Text: {PASSAGE}\nCopy: {PASSAGE}\n\nText: {PASSAGE}\nCopy:"
+"""A prompt SmolLM2 continues by copying, mostly with wide margins (so most steps are checked exactly)."""
+
 
 @pytest.fixture(scope="module")
 def smollm2() -> Iterator[WasiNN]:
@@ -125,14 +134,37 @@ def smollm2() -> Iterator[WasiNN]:
     registry.close()
 
 
-SMOL = {"ctx-size": 512, "threads": 1, "n-predict": 64, "cache-prompt": False}
-REPEAT = f"<|im_start|>user\nRepeat the following text word for word:\n\n{PASSAGE}<|im_end|>\n<|im_start|>assistant\n"
+@pytest.fixture(scope="module")
+def native() -> Iterator[NativeModel]:
+    model = NativeModel(real_model_path("smollm2"), threads=SMOL["threads"])
+    yield model
+    model.close()
 
 
-@pytest.mark.parametrize("sampling", [{"temp": 0}, {"temp": 0.8, "seed": 42}, {"temp": 0.8, "seed": 7}])
-def test_smollm2_answer_repeating_the_prompt(smollm2: WasiNN, sampling: dict[str, Any]) -> None:
-    plain, _ = complete(smollm2, "smollm2", REPEAT, **SMOL, **sampling)
-    fast, meta = complete(smollm2, "smollm2", REPEAT, **SMOL, **sampling, **SPEC)
-    assert fast == plain
-    if sampling["temp"] == 0:
-        assert "twelve euros for adults" in fast and meta["accepted_draft_tokens"] >= 10
+def tokens_of(nn: WasiNN, prompt: str, **config: Any) -> tuple[list[int], dict[str, Any]]:
+    with nn.session("smollm2", config) as session:
+        session.complete(prompt)
+        return list(inner(session).output_tokens), session.metadata
+
+
+def test_smollm2_greedy_answer_repeating_the_prompt(smollm2: WasiNN, native: NativeModel) -> None:
+    prompt = native.tokenize(REPEAT.encode())
+    plain, _ = tokens_of(smollm2, REPEAT, temp=0, **SMOL)
+    assert plain == native.generate(prompt, 64, n_ctx=512)  # alone: the same llama.cpp calls
+    fast, meta = tokens_of(smollm2, REPEAT, temp=0, **SMOL, **SPEC)
+    forced = check_greedy(native.follow(prompt, fast, n_ctx=512))
+    assert forced >= len(fast) // 2, f"only {forced} of {len(fast)} steps had a clear best token"
+    assert meta["accepted_draft_tokens"] >= 10
+
+
+@pytest.mark.parametrize("seed", [42, 7])
+def test_smollm2_sampled_answer_repeating_the_prompt(smollm2: WasiNN, native: NativeModel, seed: int) -> None:
+    """Sampled (temp 0.8, top-p 0.5, min-p 0.05, which keep the answer on its copy): wherever top-p or
+    min-p leave llama.cpp's best token alone, whatever the kernels, plain and speculative texts have it.
+    (That the draws themselves are plain decoding's is checked exactly on the constructed model above.)"""
+    prompt = native.tokenize(REPEAT.encode())
+    for spec in ({}, SPEC):
+        tokens, meta = tokens_of(smollm2, REPEAT, temp=0.8, seed=seed, **{"top-p": 0.5}, **SMOL, **spec)
+        forced = check_forced(native.follow(prompt, tokens, n_ctx=512), top_p=0.5, min_p=0.05)
+        assert forced >= len(tokens) // 3, f"only {forced} of {len(tokens)} steps were forced"
+    assert meta["accepted_draft_tokens"] >= 10
