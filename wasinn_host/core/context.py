@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from array import array
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..observability.log_setup import apply_logging_keys
 from .config import MODEL_KEY_NAMES, ParsedConfig, as_json
@@ -35,6 +36,8 @@ log = logging.getLogger("wasinn_host")
 INT32_MAX = 2**31 - 1
 PROMPT_MARGIN = 4
 """Tokens a prompt must leave free in its sequence (WasmEdge's rule: ctx-size - 4)."""
+SHARED_PARAMS = 64
+"""Distinct per-context parameter sets a graph shares among its contexts (then it starts again)."""
 
 
 @dataclass(eq=False)
@@ -45,11 +48,24 @@ class Graph:
     defaults: ContextParams
     name: str | None
     unloaded: bool = False
+    _shared: dict[ContextParams, ContextParams] = field(default_factory=dict, repr=False)
 
     @property
     def stale(self) -> bool:
         """Replaced by a hot swap: a new load by name gets the new model."""
         return self.model.stale
+
+    def shared(self, params: ContextParams) -> ContextParams:
+        """``params``, or the equal parameters another context of this graph holds: contexts configured
+        alike (LlamaEdge sends every context the same metadata) keep one copy between them."""
+        if params == self.defaults:
+            return self.defaults
+        found = self._shared.get(params)
+        if found is None:
+            if len(self._shared) >= SHARED_PARAMS:
+                self._shared.clear()
+            self._shared[params] = found = params
+        return found
 
 
 def open_graph(
@@ -72,7 +88,12 @@ def open_graph(
 
 
 class InferenceContext:
-    """One conversation on a graph's model: prompt in; text, tokens, embedding and usage out."""
+    """One conversation on a graph's model: prompt in; text, tokens, embedding and usage out.
+
+    Guests built for WasmEdge keep thousands of these idle, so an idle one is small: its tokens 4 bytes
+    each, its output once (not again in ``last_result``), its parameters shared with the graph's other
+    contexts configured alike, and, once its model's worker evicts it, no sampler and no sequence.
+    """
 
     def __init__(self, graph: Graph, registry: ModelRegistry, limits: Limits | None = None) -> None:
         self.graph = graph
@@ -84,20 +105,25 @@ class InferenceContext:
         self.last_used = time.monotonic()
         self.params = graph.defaults
         self.state = ContextState()
-        self.prompt_tokens: list[int] | None = None
+        self.prompt_tokens: array[int] | None = None
+        """The prompt's tokens (4 bytes each: thousands of idle contexts hold their conversations compactly)."""
         self.image_prompt: Any = None
         """The ``vision.ImagePrompt`` of a prompt with images (keeps their libmtmd chunks alive)."""
         self.read_image: Callable[[str], bytes] | None = None
         """Reads the ``image`` key's file; set by the front end (guests: through their preopened dirs)."""
         self.output = bytearray()
-        self.output_tokens: list[int] = []
+        self.output_tokens: array[int] = array("i")
         self.last_piece = b""
         """The last token's piece; in a stream, the bytes that step completes (whole UTF-8 characters)."""
-        self._joiner = PieceJoiner()
-        self.embedding: list[float] | None = None
+        self._joiner: PieceJoiner | None = None
+        """Holds back an unfinished UTF-8 character between streaming steps (made by a stream's first step)."""
+        self._embedding: array[float] | None = None
         self.streaming = False
         self.closed = False
         self.last_result: GenerationResult | None = None
+        """The last computation's usage (its text, tokens and embedding moved to the context's own fields)."""
+        self.last_generated = 0
+        """Tokens the last computation generated (a streaming step: one)."""
         self.revision = 0
         """Bumped on every change a caller can observe in :meth:`metadata` or the output."""
 
@@ -115,7 +141,7 @@ class InferenceContext:
             )
         if params.sampling != self.params.sampling:
             self.model.weights.check_sampling(params.sampling)
-        self.params = params
+        self.params = self.graph.shared(params)
         self.streaming = False
         apply_logging_keys(config)
         self._warn_load_time_keys(config)
@@ -154,7 +180,7 @@ class InferenceContext:
                     f"(the host configures one with the model's name)"
                 )
             self.image_prompt = None
-            self.prompt_tokens = self.model.weights.tokenize(data, add_special=True, parse_special=True)
+            self.prompt_tokens = array("i", self.model.weights.tokenize(data, add_special=True, parse_special=True))
         else:
             text, images = split_inline_images(data, vision.marker)
             if image_key:
@@ -165,10 +191,10 @@ class InferenceContext:
             if prompt.tokens and prompt.tokens[-1] < 0:
                 raise invalid("prompt: an image must be followed by text (the model answers after the prompt's text)")
             self.image_prompt = prompt if prompt.spans else None
-            self.prompt_tokens = prompt.tokens
+            self.prompt_tokens = array("i", prompt.tokens)
         self.revision += 1
 
-    def _checked_prompt(self) -> list[int]:
+    def _checked_prompt(self) -> array[int]:
         if self.graph.unloaded:
             raise invalid("compute on a context whose graph was unloaded")
         if self.prompt_tokens is None:
@@ -209,15 +235,13 @@ class InferenceContext:
             )
         )
 
-    def _generate_embedding(self, tokens: list[int]) -> GenerationResult:
+    def _generate_embedding(self, tokens: Sequence[int]) -> GenerationResult:
         n_batch = self.model.worker.context.n_batch
         if len(tokens) > n_batch:
             raise WasiNNError(
                 ErrorKind.PROMPT_TOO_LONG, f"embedding input of {len(tokens)} tokens exceeds batch-size {n_batch}"
             )
-        result = self._run(self._request(tokens, limit=0, embed=True))
-        self.embedding = normalize(result.embedding, self.params.options.embd_normalize)
-        return result
+        return self._run(self._request(tokens, limit=0, embed=True))
 
     def stream_step(self) -> GenerationResult:
         """Generate one token (the first step starts a stream and clears the output).
@@ -239,9 +263,12 @@ class InferenceContext:
             self.streaming = False
             raise
         ended = result.stop_reason is not StopReason.TOKEN
-        self.last_piece = self._joiner.push(self.last_piece if result.generated else b"", last=ended)
+        if self._joiner is None:
+            self._joiner = PieceJoiner()
+        self.last_piece = self._joiner.push(self.last_piece if self.last_generated else b"", last=ended)
         if ended:
             self.streaming = False
+            self._joiner = None  # the last piece released whatever it held
         return result
 
     def end_stream(self) -> None:
@@ -249,7 +276,7 @@ class InferenceContext:
         self.streaming = False
         self._clear_output()
 
-    def _request(self, tokens: list[int], limit: int, **kwargs: Any) -> GenerationRequest:
+    def _request(self, tokens: Sequence[int], limit: int, **kwargs: Any) -> GenerationRequest:
         options = self.params.options
         queue_timeout = options.queue_timeout_ms if options.queue_timeout_ms >= 0 else self.limits.queue_timeout_ms
         return GenerationRequest(
@@ -277,21 +304,35 @@ class InferenceContext:
         finally:
             self.busy = False
             self.last_used = time.monotonic()
-        self.last_result = result
         self.output += result.text
-        self.output_tokens += result.generated
+        self.output_tokens.extend(result.generated)
         if result.generated:
             self.last_piece = self.model.weights.piece(result.generated[-1])
+        if request.embed and result.error is None:
+            self.embedding = normalize(result.embedding, self.params.options.embd_normalize)
+        self.last_generated = len(result.generated)
+        for copied in (result.text, result.generated, result.embedding):  # the context's own now: kept once
+            copied.clear()
+        self.last_result = result
         self.revision += 1
         if result.error is not None:
             raise result.error
         return result
 
+    @property
+    def embedding(self) -> list[float] | None:
+        """The last computation's embedding (kept as 8-byte floats, returned as a new list)."""
+        return None if self._embedding is None else self._embedding.tolist()
+
+    @embedding.setter
+    def embedding(self, value: Sequence[float] | None) -> None:
+        self._embedding = None if value is None else array("d", value)
+
     def _clear_output(self) -> None:
         self.output = bytearray()
-        self.output_tokens = []
+        self.output_tokens = array("i")
         self.last_piece = b""
-        self._joiner.clear()
+        self._joiner = None
         self.embedding = None
         self.revision += 1
 
@@ -319,7 +360,7 @@ class InferenceContext:
             stop_reason=result.stop_reason.value,
             prompt_ms=round(result.prompt_ms, 3),
             generation_ms=round(result.generation_ms, 3),
-            tokens_per_second=round(len(result.generated) / (result.generation_ms / 1000.0), 3)
+            tokens_per_second=round(self.last_generated / (result.generation_ms / 1000.0), 3)
             if result.generation_ms > 0
             else 0.0,
             reused_tokens=result.reused_tokens,

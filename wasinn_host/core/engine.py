@@ -67,8 +67,19 @@ Grow = Callable[[int], "Callable[[], Context] | None"]
 freed), or None if there is no room for even one more sequence."""
 
 
+WARM_CONTEXTS = 16
+"""Idle execution contexts per model that keep their sampler and their claim on a sequence; beyond
+them the least recently used one gives both up (see :meth:`ModelWorker._went_idle`)."""
+
+
 class ContextState:
-    """The engine's state of one execution context: its sampler and its slot affinity."""
+    """The engine's state of one execution context: its sampler and its slot affinity.
+
+    An idle context evicted by its model's worker holds neither (``sampler`` and ``slot`` None): its
+    next request gets a new sampler and re-decodes its tokens in whichever sequence serves it.
+    """
+
+    __slots__ = ("sampler", "sampler_params", "slot", "closed", "cancelled", "mid_stream", "__weakref__")
 
     def __init__(self) -> None:
         self.sampler: Sampler | None = None
@@ -76,6 +87,9 @@ class ContextState:
         self.slot: Slot | None = None
         self.closed = False
         self.cancelled = False
+        self.mid_stream = False
+        """The last request was a streaming step that did not end the stream: the sampler's history
+        (penalties, grammar, random state) is part of what comes next, so eviction keeps the sampler."""
 
 
 @dataclass
@@ -173,6 +187,11 @@ class ModelWorker:
         self._waiting: list[Job] = []
         self._active: list[Job] = []
         self._releases: list[ContextState] = []
+        self._idle: collections.OrderedDict[ContextState, None] = collections.OrderedDict()
+        """Contexts whose last request is done and that still hold a sampler or a slot, least recently used first."""
+        self.warm_contexts = WARM_CONTEXTS
+        self.evictions = 0
+        """Idle contexts that gave up their sampler and slot (:meth:`_went_idle`)."""
         self._cv = threading.Condition()
         self._closing = False
         self.decode_calls = 0
@@ -285,6 +304,7 @@ class ModelWorker:
         for state in self._releases:
             for job in [j for j in self._active if j.state is state]:  # closed mid-computation
                 self._finish(job, StopReason.FINALISED)
+            self._idle.pop(state, None)
             if state.slot is not None and state.slot.owner is state:
                 state.slot.owner = None
             if state.sampler is not None:
@@ -377,9 +397,10 @@ class ModelWorker:
             return None
         unowned = [s for s in free if s.owner is None] or free
 
-        def score(slot: Slot) -> tuple[int, int]:
+        def score(slot: Slot) -> tuple[int, float, int]:
             shared = common_prefix(slot.kv, job.tokens)
-            return (shared if shared > 1 else 0, -slot.seq_id)  # BOS alone is no reuse
+            # BOS alone is no reuse; among idle contexts' slots, the least recently used goes first
+            return (shared if shared > 1 else 0, -slot.last_used if slot.owner is not None else 0.0, -slot.seq_id)
 
         return max(unowned, key=score)
 
@@ -387,6 +408,7 @@ class ModelWorker:
         if not job.tokens:
             self._finish(job, StopReason.EMPTY_PROMPT)
             return
+        self._idle.pop(job.state, None)
         if slot.owner is not None and slot.owner is not job.state:
             slot.owner.slot = None
         slot.owner = job.state
@@ -837,9 +859,36 @@ class ModelWorker:
         if job.slot is not None:
             job.slot.busy = False
             job.slot.last_used = now
+            job.state.mid_stream = job.request.streaming and reason is StopReason.TOKEN
+            self._went_idle(job.state)
         if job in self._active:
             self._active.remove(job)
         job.done.set()
+
+    def _went_idle(self, state: ContextState) -> None:
+        """A context's request is done (worker thread): it is now the most recently used idle context.
+
+        Beyond ``warm_contexts`` idle ones, the least recently used gives up its slot (the cells stay,
+        unowned, for any context whose tokens share their prefix) and its sampler (a new one is made
+        for its next request, the same as a reset one), unless it is in the middle of a stream, whose
+        sampler's history is kept.  So a guest's thousands of unused contexts hold no sequence and no
+        sampler; their tokens are in the front end's context, and decoded again when they are used.
+        """
+        if state.closed:
+            return
+        self._idle[state] = None
+        self._idle.move_to_end(state)
+        while len(self._idle) > self.warm_contexts:
+            old, _ = self._idle.popitem(last=False)
+            if old.slot is not None:
+                if old.slot.owner is old:
+                    old.slot.owner = None
+                old.slot = None
+            if old.sampler is not None and not old.mid_stream:
+                old.sampler.close()
+                old.sampler = None
+                old.sampler_params = None
+            self.evictions += 1
 
 
 def cut_at_stop(text: bytearray, stops: tuple[str, ...], new_bytes: int) -> bool:

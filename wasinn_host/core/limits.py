@@ -22,8 +22,13 @@ INLINE_IMAGE_ROOM = 4 * -(-MAX_IMAGE_BYTES // 3) + 1024
 class Limits:
     """Defaults protect a host without getting in the way of normal use."""
 
-    max_contexts_per_store: int = 100
-    max_contexts_total: int = 1000
+    max_contexts_per_store: int = 16_384
+    """Execution contexts one guest may hold.  Servers built for WasmEdge (LlamaEdge's) open one per request
+    and never finalize it; an idle context holds no sequence, sampler or duplicate buffer (about 1 kB plus
+    4 bytes a token, see README "Many guests at once"), so thousands cost little until ``idle_timeout_ms``
+    finalizes them."""
+    max_contexts_total: int = 65_536
+    """Execution contexts of all guests of the process together."""
     max_graphs_per_store: int = 16
     max_queue: int = 256
     """Requests of this instance's guests waiting for a free sequence, per model; a full queue is Busy at once."""

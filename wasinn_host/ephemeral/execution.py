@@ -19,6 +19,7 @@ from ..core.generation import GenerationResult, StopReason
 from .metadata import embedding_json, metadata_json
 
 METADATA_INDEX = 1
+_NO_METADATA: tuple[int, bytes] = (-1, b"")
 
 
 class ExecutionContext:
@@ -31,7 +32,7 @@ class ExecutionContext:
         self.inner = inner
         self.stdout = stdout
         """Where ``stream-stdout`` pieces go: the guest's stdout."""
-        self._metadata: tuple[int, bytes] = (-1, b"")
+        self._metadata = _NO_METADATA
         self.touched = time.monotonic()
         """When a guest call last named this context."""
 
@@ -90,6 +91,10 @@ class ExecutionContext:
         if self._metadata[0] != revision:
             self._metadata = (revision, metadata_json(self.inner.metadata()))
         return self._metadata[1]
+
+    def forget_metadata(self) -> None:
+        """Drop the cached metadata JSON (built again when asked): the Store's other contexts keep none."""
+        self._metadata = _NO_METADATA
 
     def cancel(self) -> None:
         """Abort a computation in flight."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from ..backend.protocol import Backend, BackendGraph
 from ..core.config import ParsedConfig
@@ -63,6 +63,10 @@ class StoreState:
         self.closed = False
         self.calls: Counter[str] = Counter()
         """How many times the guest called each import, by name (kept after :meth:`close`)."""
+        self._image_reader: Callable[[str], bytes] | None = None
+        """The ``read_image`` every context of this Store shares (one per Store, not one per context)."""
+        self._current: ExecutionContext | None = None
+        """The context the guest named last: the only one that keeps its metadata JSON cached."""
 
     def graph(self, handle: int) -> BackendGraph:
         """The graph behind a guest's handle, or an invalid argument."""
@@ -77,6 +81,10 @@ class StoreState:
         if context is None:
             raise invalid(f"execution context handle {handle & U32_MASK} does not exist in this store")
         context.touched = time.monotonic()
+        if context is not self._current:
+            if self._current is not None:
+                self._current.forget_metadata()
+            self._current = context
         return context
 
     def check_name(self, name: str) -> None:
@@ -105,7 +113,11 @@ class StoreState:
         graph = self.graph(graph_handle)
         self.check_context_room()
         inner = graph.open_context()
-        give_image_reader(inner, self.dirs)
+        local: Any = inner  # a local context reads its ``image`` key's file; a remote one has no reader
+        if self._image_reader is not None and hasattr(local, "read_image"):
+            local.read_image = self._image_reader
+        elif give_image_reader(local, self.dirs):
+            self._image_reader = local.read_image
         return self.add_context(ExecutionContext(graph, inner, self.stdout))
 
     def check_graph_room(self) -> None:
@@ -137,6 +149,8 @@ class StoreState:
         context = self.contexts.pop(handle & U32_MASK, None)
         if context is None:
             raise invalid(f"execution context handle {handle & U32_MASK} does not exist in this store")
+        if context is self._current:
+            self._current = None
         self._counter.add(-1)
         context.close()
 
