@@ -90,11 +90,12 @@ class NativeModel:
 
     # -- decoding -----------------------------------------------------------------------------
 
-    def context(self, n_ctx: int = CTX, embeddings: bool = False) -> Any:
-        """A one-sequence context as the host's (``n_ubatch`` 512, one KV stream per sequence)."""
+    def context(self, n_ctx: int = CTX, embeddings: bool = False, n_seq: int = 1, threads: int = 0) -> Any:
+        """A context of ``n_seq`` sequences of ``n_ctx`` cells each, as the host makes them (``n_batch``
+        2048, ``n_ubatch`` 512, one KV stream per sequence), on ``threads`` threads (0: the model's)."""
         params = llama_cpp.llama_context_default_params()
-        params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = n_ctx, 2048, 512, 1
-        params.n_threads = params.n_threads_batch = self.threads
+        params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = n_ctx * n_seq, 2048, 512, n_seq
+        params.n_threads = params.n_threads_batch = threads or self.threads
         params.kv_unified = False
         params.embeddings = embeddings
         ctx = llama_cpp.llama_init_from_model(self.model, params)
@@ -102,20 +103,25 @@ class NativeModel:
             raise RuntimeError(f"llama.cpp could not create a context of {n_ctx} cells")
         return ctx
 
-    @staticmethod
-    def decode(ctx: Any, batch: Any, tokens: list[int], start: int) -> None:
+    @classmethod
+    def decode(cls, ctx: Any, batch: Any, tokens: list[int], start: int) -> None:
         """Decode ``tokens`` at positions ``start``... of sequence 0, logits for the last one."""
-        batch.n_tokens = len(tokens)
-        for i, token in enumerate(tokens):
-            batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, start + i, 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = i == len(tokens) - 1
+        cls.decode_items(ctx, batch, [(t, start + i, 0, i == len(tokens) - 1) for i, t in enumerate(tokens)])
+
+    @staticmethod
+    def decode_items(ctx: Any, batch: Any, items: list[tuple[int, int, int, bool]]) -> None:
+        """Decode one batch of ``(token, position, sequence, logits?)`` items."""
+        batch.n_tokens = len(items)
+        for i, (token, pos, seq, want) in enumerate(items):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos, 1
+            batch.seq_id[i][0] = seq
+            batch.logits[i] = want
         if llama_cpp.llama_decode(ctx, batch) != 0:
             raise RuntimeError("llama_decode failed")
 
-    def logits(self, ctx: Any) -> np.ndarray:
-        """The last decoded token's logits (a copy)."""
-        return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, -1), shape=(self.n_vocab,)).copy()
+    def logits(self, ctx: Any, index: int = -1) -> np.ndarray:
+        """The logits of the last decode's ``index``-th item (a copy; -1: the last with logits)."""
+        return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, index), shape=(self.n_vocab,)).copy()
 
     def _run(
         self, prompt: list[int], n_predict: int, pick: Callable[[Any], int], n_ctx: int, split: int, n_keep: int

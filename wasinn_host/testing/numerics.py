@@ -57,6 +57,15 @@ def step_of(logits: np.ndarray, token: int) -> Step:
     return Step(token, best, top - float(logits[token]), float(top2[1] - top2[0]), max(rest, 0.0))
 
 
+def gap_drift(reference: np.ndarray, other: np.ndarray, rivals: int = 64) -> float:
+    """How far the gaps between the reference's best token and its ``rivals`` runners-up moved in
+    ``other``, the logits of the same step computed another way (the tokens further down cannot compete)."""
+    best = int(np.argmax(reference))
+    top = np.argpartition(-reference, rivals)[: rivals + 1]
+    moved = other.astype(np.float64)[top] - reference.astype(np.float64)[top]
+    return float(np.max(np.abs(moved - (float(other[best]) - float(reference[best])))))
+
+
 def check_greedy(steps: Sequence[Step], bound: float = MARGIN) -> int:
     """Assert that every greedy token is within ``bound`` of the reference's best: a computation of the
     same prefix whose gaps move by less than ``bound`` chose it.  Returns how many steps were forced
