@@ -145,6 +145,27 @@ def test_a_far_clock_does_not_hide_a_near_one(probe: SocketProbe, lines: pytest.
     assert messages(lines) == []
 
 
+def test_misaligned_arrays_beside_a_socket_never_trap(probe: SocketProbe, lines: pytest.LogCaptureFixture) -> None:
+    """Found by the socket fuzzer: wasmtime traps on a misaligned pointer, and the socket layer asked it
+    (for the guest's clock, and about its own descriptors) on the guest's own, misaligned arrays."""
+    fd, _ = listener(probe)
+    assert probe("clock_time_get", 1, 1, OUT) == 0
+    now = int(struct.unpack("<Q", probe.read(OUT, 8))[0])
+    subs = fd_sub(1, 1, fd) + clock_sub(2, now + 50_000_000, absolute=True)
+    probe.write(OUT + 1, subs)
+    started = time.monotonic()
+    assert probe("poll_oneoff", OUT + 1, OUT + 201, 2, OUT + 300) == 0  # the clock is read into an aligned place
+    assert 0.045 <= time.monotonic() - started < WAIT
+    assert probe.u32(OUT + 300) == 1 and struct.unpack_from("<QHB", probe.read(OUT + 201, 11)) == (2, 0, 0)
+    assert messages(lines) == []
+    probe.write(OUT + 1, fd_sub(1, 1, fd) + fd_sub(3, 2, 1))  # a socket and stdout: wasmtime must be asked
+    assert probe("poll_oneoff", OUT + 1, OUT + 201, 2, OUT + 300) == INVAL
+    assert messages(lines) == [
+        f"poll_oneoff: subscriptions at {OUT + 1}, events at {OUT + 201} and nevents at {OUT + 300} must be aligned "
+        "to 8, 8 and 4 bytes to wait on sockets and other descriptors together (errno 28 INVAL)"
+    ]
+
+
 # -- SO_RCVTIMEO / SO_SNDTIMEO of any length -----------------------------------------------------------
 
 

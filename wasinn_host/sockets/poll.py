@@ -75,6 +75,14 @@ def poll_oneoff(call: Call, in_ptr: int, out_ptr: int, count: int, nevents_ptr: 
     valid = [sub for sub in subs if not sub.error]
     sockets = [sub for sub in valid if sub.tag != EVENTTYPE_CLOCK and sub.fd in entries]
     others = [sub for sub in valid if sub.tag != EVENTTYPE_CLOCK and sub.fd not in entries]
+    if others and (in_ptr % 8 or out_ptr % 8 or nevents_ptr % 4):
+        # wasmtime is asked about its own descriptors on the guest's arrays, and traps on misaligned
+        # ones (WASI's pointers are aligned to their types); WasmEdge would not mind, so no trap here
+        raise SockError(
+            Errno.INVAL,
+            f"poll_oneoff: subscriptions at {in_ptr}, events at {out_ptr} and nevents at {nevents_ptr} must be "
+            "aligned to 8, 8 and 4 bytes to wait on sockets and other descriptors together",
+        )
     clocks = [sub for sub in valid if sub.tag == EVENTTYPE_CLOCK]
     while not events:
         now = time.monotonic()
@@ -115,7 +123,7 @@ def _set_deadlines(call: Call, subs: list[Subscription], out_ptr: int) -> list[b
                 # a float and the wait is cut into pieces the host's poll can take (SocketState.wait).
                 remaining = sub.timeout
                 if sub.flags & SUBCLOCKFLAGS_ABSTIME:
-                    remaining = sub.timeout - _guest_now(call, sub.clock_id, out_ptr)
+                    remaining = sub.timeout - _guest_now(call, sub.clock_id, (out_ptr + 7) & ~7)
                 sub.deadline = start + max(remaining, 0) / 1e9
         if sub.error:
             errors.append(_EVENT.pack(sub.userdata, sub.error, sub.tag & 0xFF, 0, 0))
@@ -124,7 +132,8 @@ def _set_deadlines(call: Call, subs: list[Subscription], out_ptr: int) -> list[b
 
 def _guest_now(call: Call, clock_id: int, scratch_ptr: int) -> int:
     """The guest's clock now (wasmtime's monotonic clock has its own origin), read through
-    wasmtime's ``clock_time_get`` into the events area, which is written afterwards anyway."""
+    wasmtime's ``clock_time_get`` into the events area, which is written afterwards anyway (at an
+    8-aligned address inside it: wasmtime traps on a misaligned timestamp pointer)."""
     if clock_id == CLOCK_REALTIME:
         return time.time_ns()
     code = call.passthrough("clock_time_get", clock_id, 1, scratch_ptr)
