@@ -178,14 +178,16 @@ class NativeModel:
         finally:
             llama_cpp.llama_sampler_free(chain)
 
-    def follow(self, prompt: list[int], tokens: list[int], n_ctx: int = CTX) -> list[Step]:
-        """Decode ``prompt``, then ``tokens`` one at a time (a text under test, made elsewhere), and
-        compare each token with these logits for the same tokens before it (:func:`~.numerics.step_of`)."""
+    def follow(self, prompt: list[int], tokens: list[int], n_ctx: int = CTX, split: int = 0) -> list[Step]:
+        """Decode ``prompt`` (in two batches at ``split`` if it is not 0), then ``tokens`` one at a time (a
+        text under test, made elsewhere), and compare each token with these logits for the same tokens
+        before it (:func:`~.numerics.step_of`)."""
         ctx = self.context(n_ctx)
         batch = llama_cpp.llama_batch_init(2048, 0, 1)
         steps: list[Step] = []
         try:
-            self.decode(ctx, batch, prompt, 0)
+            for start, end in ((0, split), (split, len(prompt))) if split else ((0, len(prompt)),):
+                self.decode(ctx, batch, prompt[start:end], start)
             for i, token in enumerate(tokens):
                 steps.append(step_of(self.logits(ctx), token))
                 if i < len(tokens) - 1:
