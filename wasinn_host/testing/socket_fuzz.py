@@ -30,18 +30,17 @@ Checked after every call:
 * the process neither crashed nor hung: a call that blocks is nudged by the peers, then cancelled
   (the example ends there), and one that still does not return dumps every stack and exits.
 
-After each example the Store's sockets are closed, and the host's table holds none of them.
+After each example the Store's sockets are closed, and the host's table holds none of them.  What is
+drawn lives in :mod:`.socket_fuzz_values`, the run's shared parts in :mod:`.socket_fuzz_env`.
 """
 
 from __future__ import annotations
 
-import collections
 import ctypes
 import logging
 import socket
 import struct
 import time
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -50,190 +49,37 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, initialize, invariant, rule
 
-from wasinn_host.sockets import SocketLayer, SocketPolicy
 from wasinn_host.sockets.constants import Errno
 from wasinn_host.sockets.linking import PASS_THROUGH
-from wasinn_host.sockets.policy import parse_rules
 from wasinn_host.sockets.table import SOCKET_FD_BASE, SocketState
 from wasinn_host.store_tables import store_key
-from wasinn_host.testing.socket_fuzz_peers import CallWatch, Peers
+from wasinn_host.testing.socket_fuzz_env import SocketFuzzEnv, SocketFuzzStats, make_env
 from wasinn_host.testing.socket_fuzz_ranges import writable_ranges
-from wasinn_host.testing.socket_probe import PAGE, SocketProbe, Variant, probe_wat, signatures
+from wasinn_host.testing.socket_fuzz_values import (
+    ADDRESSES,
+    BAD_FDS,
+    CLOCK_IDS,
+    DAY_NS,
+    I32S,
+    I64,
+    LINGERS,
+    MEM,
+    NODES,
+    SERVICES,
+    SHORT_NS,
+    TIMEVALS,
+    U32,
+    U64,
+    length_for,
+    ptr_for,
+    short_clock,
+    u32s,
+    weighted,
+)
+from wasinn_host.testing.socket_probe import SocketProbe, Variant, signatures
 
-U32 = 0xFFFF_FFFF
-U64 = 2**64 - 1
-I64 = 2**63 - 1
-MEMORY_PAGES = 2
-MEM = MEMORY_PAGES * PAGE
 VALID_ERRNOS = frozenset(int(code) for code in Errno) | frozenset(range(0, 77))
 """WASI preview 1's errno (0..76, wasmtime's own functions may give any) and WasmEdge's getaddrinfo codes."""
-INTR = int(Errno.INTR)
-HUGE = (MEM, MEM + 1, MEM + 4096, 0x7FFF_FFFF, 0x8000_0000, 0xFFFF_FFFC, U32)
-BAD_FDS = (0, 1, 2, 3, 999, SOCKET_FD_BASE - 1, SOCKET_FD_BASE + 100_000, 0x7FFF_FFFF, 0x8000_0000, U32)
-DAY_NS = 86_400 * 10**9
-SHORT_NS = 20_000_000
-"""The longest clock the fuzzer gives a poll that waits on no socket (wasmtime's own poll then sleeps it)."""
-
-
-# -- statistics and the log ------------------------------------------------------------------------
-
-
-@dataclass
-class SocketFuzzStats:
-    """What the fuzzer did: calls per import and errno, examples, cancels, wasmtime's traps, time."""
-
-    calls: int = 0
-    examples: int = 0
-    cancels: int = 0
-    nudged: int = 0
-    wasmtime_traps: int = 0
-    warnings: int = 0
-    by_import: collections.Counter[str] = field(default_factory=collections.Counter)
-    by_import_errno: collections.Counter[tuple[str, int]] = field(default_factory=collections.Counter)
-    slowest: dict[str, float] = field(default_factory=dict)
-
-    def record(self, name: str, rc: int, seconds: float) -> None:
-        """Count one call's return code and time."""
-        self.calls += 1
-        self.by_import[name] += 1
-        self.by_import_errno[(name, rc)] += 1
-        self.slowest[name] = max(seconds, self.slowest.get(name, 0.0))
-
-    def report(self) -> str:
-        """A summary of the calls made."""
-        lines = [
-            f"calls: {self.calls} in {self.examples} examples; {self.warnings} logged a line, {self.nudged} "
-            f"waited for the peers, {self.cancels} were cancelled (example ended), {self.wasmtime_traps} "
-            "trapped in wasmtime's own functions (not a socket)"
-        ]
-        for name in sorted(self.by_import):
-            per = " ".join(f"{rc}:{n}" for (imp, rc), n in sorted(self.by_import_errno.items()) if imp == name)
-            lines.append(f"  {name:20s} {self.by_import[name]:6d}  {per}  (slowest {self.slowest[name] * 1000:.0f} ms)")
-        return "\n".join(lines)
-
-
-class LogWatcher(logging.Handler):
-    """The host's log records at WARNING and above, per call."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        """Keep the record."""
-        self.records.append(record)
-
-    def take(self) -> list[logging.LogRecord]:
-        """The records since the last call (and forget them)."""
-        out, self.records = self.records, []
-        return out
-
-
-@dataclass
-class SocketFuzzEnv:
-    """One engine, socket layer, pair of compiled probes and set of peers shared by a run's examples."""
-
-    layer: SocketLayer
-    modules: dict[str, wasmtime.Module]
-    peers: Peers
-    watch: CallWatch
-    stats: SocketFuzzStats = field(default_factory=SocketFuzzStats)
-    logs: LogWatcher = field(default_factory=LogWatcher)
-
-    def close(self) -> None:
-        """Close the peers."""
-        self.peers.close()
-
-
-def make_env(*, cancel_after: float = 0.4, hard_after: float = 60.0) -> SocketFuzzEnv:
-    """A socket layer whose guests may bind loopback (the default) and connect to loopback only, and
-    resolve names only numerically (no DNS: ``resolve_names`` off despite the connect rules)."""
-    engine = wasmtime.Engine()
-    policy = SocketPolicy(connect=tuple(parse_rules("127.0.0.1") + parse_rules("::1")), resolve_names=False)
-    layer = SocketLayer(engine, policy)
-    modules = {v: wasmtime.Module(engine, probe_wat(v, MEMORY_PAGES)) for v in ("v1", "v2")}
-    peers = Peers()
-    watch = CallWatch(peers, nudge_after=0.05, cancel_after=cancel_after, hard_after=hard_after)
-    return SocketFuzzEnv(layer, modules, peers, watch)
-
-
-# -- strategies -------------------------------------------------------------------------------------
-
-
-def weighted(*pairs: tuple[int, st.SearchStrategy[Any]]) -> st.SearchStrategy[Any]:
-    """Pick a strategy with the given integer weights."""
-    table = [s for w, s in pairs for _ in range(w)]
-    return st.integers(0, len(table) - 1).flatmap(lambda i: table[i])
-
-
-u32s = st.integers(0, U32)
-
-
-def ptr_for(n: int, wild: bool) -> st.SearchStrategy[int]:
-    """A guest pointer meant for ``n`` bytes: inside memory, or (``wild``) often at its edges or past them."""
-    n = min(n, MEM)
-    inside = st.integers(0, MEM - n)
-    if not wild:
-        return inside
-    edges = sorted({p for p in (0, MEM - n, MEM - n + 1, MEM - 1, *HUGE) if 0 <= p <= U32})
-    return weighted((6, inside), (3, st.sampled_from(edges)), (1, u32s))
-
-
-def length_for(n: int, wild: bool) -> st.SearchStrategy[int]:
-    """A length or count for ``n``: exact, or (``wild``) sometimes off by one or absurd."""
-    if not wild:
-        return st.just(n)
-    edges = sorted({x for x in (0, n - 1, n + 1, 1025, MEM, 1 << 28, 0x8000_0000, U32) if x >= 0})
-    return weighted((8, st.just(n)), (3, st.sampled_from(edges)), (1, u32s))
-
-
-ADDRESSES = (
-    socket.inet_aton("127.0.0.1"),
-    socket.inet_aton("127.0.0.1"),
-    socket.inet_aton("127.0.0.2"),
-    socket.inet_aton("0.0.0.0"),
-    socket.inet_aton("10.1.2.3"),
-    socket.inet_pton(socket.AF_INET6, "::1"),
-    socket.inet_pton(socket.AF_INET6, "::ffff:127.0.0.1"),
-    socket.inet_pton(socket.AF_INET6, "::"),
-)
-NODES = (
-    b"127.0.0.1",
-    b"::1",
-    b"localhost",
-    b"0.0.0.0",
-    b"",
-    b"a" * 64 + b".example",
-    b"a" * 63 + b".invalid",
-    b"\xff\xfe",
-    b"x" * 300,
-    b".".join([b"y" * 60] * 5),
-    b"a..b",
-    b"local\x00host",
-    "b\u00fccher.invalid".encode(),
-    "\ufffd".encode(),
-    b"example.invalid",
-    b"1.2.3.4.5",
-    b"[::1]",
-    b"fe80::1%lo",
-)
-SERVICES = (b"", b"80", b"0", b"65535", b"65536", b"99999999", b"http", b"-1", b"\xff", b"8\x000")
-TIMEVALS = (
-    (0, 1_000),
-    (0, 20_000),
-    (0, 0),
-    (30 * 86_400, 0),
-    (I64, 0),
-    (I64, 999_999),
-    (1 << 32, 0),
-    (-1, 0),
-    (0, 1_000_000),
-    (0, -1),
-    (-(2**63), 0),
-)
-I32S = (0, 1, -1, 2, 4096, 1 << 20, 2**31 - 1, -(2**31))
-LINGERS = ((1, 0), (0, 0), (0, 100), (-1, 0), (2, -1))
-CLOCK_IDS = (0, 1, 1, 1, 2, 3, 99, U32)
 
 
 # -- the machine ------------------------------------------------------------------------------------
@@ -703,7 +549,7 @@ class SocketFuzzMachine(RuleBasedStateMachine):
             count = n  # the bytes after our subscriptions could be any clock: keep to a count that faults
         delegated = not any(socket_sub for _, socket_sub in subs[:count])
         if delegated:  # wasmtime's own poll answers, and sleeps its clocks: only short relative ones then
-            subs = [(_short_clock(raw), False) for raw, _ in subs]
+            subs = [(short_clock(raw), False) for raw, _ in subs]
         self.put(in_ptr, b"".join(raw for raw, _ in subs))
         self.call("poll_oneoff", in_ptr, out_ptr, count, nevents, delegated=delegated)
 
@@ -756,14 +602,6 @@ class SocketFuzzMachine(RuleBasedStateMachine):
             self.probe.close()
             assert self.state.entries == {}, "sockets left in the host's table after the Store was closed"
         self.env.peers.close_some(len(self.env.peers.connections), reset=False)
-
-
-def _short_clock(raw: bytes) -> bytes:
-    """``raw`` with a clock's timeout cut to at most :data:`SHORT_NS`, relative (other kinds as they are)."""
-    if raw[8] != 0:
-        return raw
-    userdata, clock, timeout, _precision, flags = struct.unpack("<Q8xI4xQQH6x", raw)
-    return struct.pack("<QB7xI4xQQH6x", userdata, 0, clock, timeout % (SHORT_NS + 1), 0, flags & ~1)
 
 
 def machine_for(env: SocketFuzzEnv) -> type[SocketFuzzMachine]:
