@@ -117,6 +117,7 @@ _KEYS: tuple[KeySpec, ...] = (
     KeySpec("logit-bias", dict, "sampling", "logit_bias"),
     KeySpec("grammar", str, "sampling", "grammar"),
     KeySpec("json-schema", str, "sampling", "json_schema"),
+    KeySpec("grammar-first", bool, "sampling", "grammar_first"),
     KeySpec("n-probs", int, "sampling", "n_probs", _between(0, 100), "0 to 100"),
     # stop rules
     KeySpec("n-predict", int, "stopping", "n_predict", _at_least(-(2**63)), "any integer (< 0 = unlimited)"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import logging
 import os
 import sys
@@ -24,12 +25,13 @@ from typing import Iterator
 from . import devices
 from .errors import ErrorKind, WasiNNError
 from .gguf_layout import read_layout
-from .grammar_sampling import GreedySampler, TopKGrammarSampler
+from .grammar_sampling import GrammarSampler, GreedySampler
 from .llama_bindings import llama_cpp
 from .llama_log import CAPTURE_LOCK, capture_llama_log, init_backend, route_llama_log
 from .load_errors import load_failure_cause
 from .offload import ModelSizes, choose_gpu_layers, fit_gpu_layers
 from .params import ModelParams, SamplingParams
+from .piece_trie import has_token_elements, trie_of
 from .runtime import DEFAULT_SEQUENCES, MAX_DEFAULT_CTX, KvLayout
 from .vision import ImageSpan, Vision
 
@@ -382,65 +384,65 @@ def kv_cache_bytes(model: LlamaModel, n_ctx: int) -> int:
 
 
 class Sampler:
-    """A llama.cpp sampler chain built from :class:`SamplingParams`, in llama.cpp's default order.
+    """A context's sampling, built from :class:`SamplingParams` as llama.cpp's ``common_sampler_init``
+    builds its chain (what WasmEdge's GGML plugin and llama-server use).
 
-    grammar -> logit bias -> penalties -> DRY -> top-k -> typical -> top-p -> min-p -> XTC ->
-    temperature (dynamic if ``dynatemp-range`` > 0) -> distribution; mirostat 1/2 replace the
-    truncation samplers; ``temp <= 0`` ends the chain with greedy instead.
-
-    With ``temp <= 0`` a :class:`~.grammar_sampling.GreedySampler` makes the greedy choice (and keeps
-    a grammar out of the chain, testing it only on the tokens the choice needs, after llama.cpp's
-    ``common_sampler``): the same tokens, without a copy of every logit or a grammar pass over the
-    whole vocabulary per token.  A grammar with ``top-k`` > 0 and no mirostat goes to a
-    :class:`~.grammar_sampling.TopKGrammarSampler`: the grammar tested on the tokens top-k keeps, the
-    same draws from the same seed.
+    logit bias -> penalties -> DRY -> top-k -> typical -> top-p -> min-p -> XTC -> temperature
+    (dynamic if ``dynatemp-range`` > 0) -> distribution; with mirostat 1/2: logit bias -> temperature
+    -> mirostat (no penalties, DRY or truncation, as llama.cpp).  Stages whose settings make them
+    no-ops are left out.  A grammar is not in the chain: a
+    :class:`~.grammar_sampling.GrammarSampler` checks the chain's draw and masks only after a
+    rejection (``common_sampler_sample``'s order; ``grammar-first`` masks first).  With ``temp <= 0``
+    a :class:`~.grammar_sampling.GreedySampler` makes the greedy choice: the same tokens, without a
+    copy of every logit or a grammar pass over the whole vocabulary per token.
     """
 
     def __init__(self, model: LlamaModel, params: SamplingParams, n_ctx_seq: int) -> None:
         self.ptr: ctypes.c_void_p | None = None
-        """The chain (None with a :class:`GreedySampler` or :class:`TopKGrammarSampler`, which own the
+        """The chain (None with a :class:`GreedySampler` or :class:`GrammarSampler`, which own the
         stages then)."""
         self.greedy: GreedySampler | None = None
-        self.top_k: TopKGrammarSampler | None = None
-        if params.grammar and not params.greedy and params.top_k > 0 and params.mirostat == 0:
-            grammar_stage = grammar_sampler(model, params.grammar)  # an invalid grammar raises before anything else
-            try:
-                pre = _pre_stages(model, params, n_ctx_seq)
-            except BaseException:
-                llama_cpp.llama_sampler_free(grammar_stage)
-                raise
-            tail = _chain(_draw_stages(model, params))
-            self.top_k = TopKGrammarSampler(
-                _chain(pre) if pre else None, grammar_stage, tail, params.top_k, model.n_vocab
-            )
+        self.grammar: GrammarSampler | None = None
+        if not params.grammar and not params.greedy:
+            self.ptr = _chain(_pre_stages(model, params, n_ctx_seq) + _draw_stages(model, params))
             return
-        stages = _sampler_stages(model, params, n_ctx_seq, with_grammar=not params.greedy)
-        if not params.greedy:
-            self.ptr = _chain(stages)
-            return
-        llama_cpp.llama_sampler_free(stages.pop())  # greedy: the GreedySampler chooses itself
+        grammar = grammar_sampler(model, params.grammar) if params.grammar else None  # invalid: raises first
         try:
-            grammar = grammar_sampler(model, params.grammar) if params.grammar else None
+            pre = _pre_stages(model, params, n_ctx_seq)
         except BaseException:
-            for sampler in stages:
-                llama_cpp.llama_sampler_free(sampler)
+            if grammar is not None:
+                llama_cpp.llama_sampler_free(grammar)
             raise
-        self.greedy = GreedySampler(_chain(stages) if stages else None, grammar, model.n_vocab)
+        if params.greedy:
+            self.greedy = GreedySampler(_chain(pre) if pre else None, grammar, model.n_vocab)
+            return
+        assert grammar is not None
+        top_k = params.top_k if params.mirostat == 0 else 0
+        self.grammar = GrammarSampler(
+            _chain(pre) if pre else None,
+            grammar,
+            _chain(_draw_stages(model, params)),
+            top_k,
+            model.n_vocab,
+            grammar_first=params.grammar_first,
+            trie=None if has_token_elements(params.grammar) else functools.partial(trie_of, model),
+            piece=model.piece,
+        )
 
     def sample(self, ctx: LlamaContext, batch_index: int) -> int:
         """Sample (and accept) a token from the logits at ``batch_index``."""
         if self.greedy is not None:
             return self.greedy.sample(ctx.ptr, batch_index)
-        if self.top_k is not None:
-            return self.top_k.sample(ctx.ptr, batch_index)
+        if self.grammar is not None:
+            return self.grammar.sample(ctx.ptr, batch_index)
         return int(llama_cpp.llama_sampler_sample(self.ptr, ctx.ptr, batch_index))
 
     def reset(self) -> None:
         """Forget the chain's history."""
         if self.greedy is not None:
             self.greedy.reset()
-        elif self.top_k is not None:
-            self.top_k.reset()
+        elif self.grammar is not None:
+            self.grammar.reset()
         elif self.ptr:
             llama_cpp.llama_sampler_reset(self.ptr)
 
@@ -449,9 +451,9 @@ class Sampler:
         if self.greedy is not None:
             self.greedy.close()
             self.greedy = None
-        if self.top_k is not None:
-            self.top_k.close()
-            self.top_k = None
+        if self.grammar is not None:
+            self.grammar.close()
+            self.grammar = None
         if self.ptr:
             llama_cpp.llama_sampler_free(self.ptr)
             self.ptr = None
@@ -505,17 +507,8 @@ def check_sampling(model: LlamaModel, params: SamplingParams) -> None:
         llama_cpp.llama_sampler_free(grammar_sampler(model, params.grammar))
 
 
-def _sampler_stages(
-    model: LlamaModel, p: SamplingParams, n_ctx_seq: int, with_grammar: bool = True
-) -> list[ctypes.c_void_p]:
-    stages = [grammar_sampler(model, p.grammar)] if p.grammar and with_grammar else []
-    stages += _pre_stages(model, p, n_ctx_seq)
-    stages += _draw_stages(model, p)
-    return stages
-
-
 def _pre_stages(model: LlamaModel, p: SamplingParams, n_ctx_seq: int) -> list[ctypes.c_void_p]:
-    """The stages that change logits token by token: logit bias, penalties, DRY."""
+    """The stages that change logits token by token: logit bias, then (without mirostat) penalties and DRY."""
     stages = []
     if p.logit_bias:
         biases = (llama_cpp.llama_logit_bias * len(p.logit_bias))()
@@ -528,6 +521,8 @@ def _pre_stages(model: LlamaModel, p: SamplingParams, n_ctx_seq: int) -> list[ct
             biases[i].token = llama_cpp.llama_token(token)
             biases[i].bias = bias
         stages.append(llama_cpp.llama_sampler_init_logit_bias(model.n_vocab, len(p.logit_bias), biases))
+    if p.mirostat != 0:
+        return stages  # llama.cpp's mirostat chain: logit bias, temperature, mirostat
     last_n = n_ctx_seq if p.last_n_penalty < 0 else p.last_n_penalty
     if p.repeat_penalty != 1.0 or p.presence_penalty or p.frequency_penalty:
         stages.append(
@@ -553,32 +548,32 @@ def _pre_stages(model: LlamaModel, p: SamplingParams, n_ctx_seq: int) -> list[ct
 
 
 def _draw_stages(model: LlamaModel, p: SamplingParams) -> list[ctypes.c_void_p]:
-    """The stages that choose: greedy, or truncation (top-k first), temperature and the draw."""
-    if p.greedy:
-        return [llama_cpp.llama_sampler_init_greedy()]
+    """The stages that choose, in ``common_sampler_init``'s order: truncation (top-k first), temperature and
+    the draw; or temperature and mirostat."""
+    if p.mirostat == 1:
+        return [
+            llama_cpp.llama_sampler_init_temp(p.temp),
+            llama_cpp.llama_sampler_init_mirostat(model.n_vocab, p.seed, p.mirostat_ent, p.mirostat_eta, 100),
+        ]
+    if p.mirostat == 2:
+        return [
+            llama_cpp.llama_sampler_init_temp(p.temp),
+            llama_cpp.llama_sampler_init_mirostat_v2(p.seed, p.mirostat_ent, p.mirostat_eta),
+        ]
     stages = []
     min_keep = p.min_keep
-    if p.mirostat == 0:
-        if p.top_k > 0:
-            stages.append(llama_cpp.llama_sampler_init_top_k(p.top_k))
-        if p.typ_p < 1.0:
-            stages.append(llama_cpp.llama_sampler_init_typical(p.typ_p, min_keep))
-        if p.top_p < 1.0:
-            stages.append(llama_cpp.llama_sampler_init_top_p(p.top_p, min_keep))
-        if p.min_p > 0.0:
-            stages.append(llama_cpp.llama_sampler_init_min_p(p.min_p, min_keep))
-        if p.xtc_probability > 0.0:
-            stages.append(llama_cpp.llama_sampler_init_xtc(p.xtc_probability, p.xtc_threshold, min_keep, p.seed))
-    if p.dynatemp_range > 0:
-        stages.append(llama_cpp.llama_sampler_init_temp_ext(p.temp, p.dynatemp_range, p.dynatemp_exponent))
-    else:
-        stages.append(llama_cpp.llama_sampler_init_temp(p.temp))
-    if p.mirostat == 1:
-        stages.append(llama_cpp.llama_sampler_init_mirostat(model.n_vocab, p.seed, p.mirostat_ent, p.mirostat_eta, 100))
-    elif p.mirostat == 2:
-        stages.append(llama_cpp.llama_sampler_init_mirostat_v2(p.seed, p.mirostat_ent, p.mirostat_eta))
-    else:
-        stages.append(llama_cpp.llama_sampler_init_dist(p.seed))
+    if p.top_k > 0:
+        stages.append(llama_cpp.llama_sampler_init_top_k(p.top_k))
+    if p.typ_p < 1.0:
+        stages.append(llama_cpp.llama_sampler_init_typical(p.typ_p, min_keep))
+    if p.top_p < 1.0:
+        stages.append(llama_cpp.llama_sampler_init_top_p(p.top_p, min_keep))
+    if p.min_p > 0.0:
+        stages.append(llama_cpp.llama_sampler_init_min_p(p.min_p, min_keep))
+    if p.xtc_probability > 0.0:
+        stages.append(llama_cpp.llama_sampler_init_xtc(p.xtc_probability, p.xtc_threshold, min_keep, p.seed))
+    stages.append(llama_cpp.llama_sampler_init_temp_ext(p.temp, p.dynatemp_range, p.dynatemp_exponent))
+    stages.append(llama_cpp.llama_sampler_init_dist(p.seed))
     return stages
 
 

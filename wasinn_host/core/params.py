@@ -76,6 +76,8 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()
     grammar: str = ""
     json_schema: str = ""
+    grammar_first: bool = False
+    """Mask with the grammar before every draw instead of only after the chain's draw is refused."""
     n_probs: int = 0
 
     @property
