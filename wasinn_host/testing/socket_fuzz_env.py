@@ -78,7 +78,8 @@ class SocketFuzzEnv:
     logs: LogWatcher = field(default_factory=LogWatcher)
 
     def close(self) -> None:
-        """Close the peers."""
+        """End the watcher and close the peers."""
+        self.watch.close()
         self.peers.close()
 
 

@@ -152,8 +152,14 @@ class CallWatch:
         self.nudged = False
         """Whether the peers acted during the current (or last) call."""
         self._current: tuple[float, SocketState | None] | None = None
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="socket-fuzz-watch", daemon=True)
         self._thread.start()
+
+    def close(self) -> None:
+        """End the watcher thread."""
+        self._stop.set()
+        self._thread.join()
 
     @contextlib.contextmanager
     def call(self, state: SocketState | None) -> Iterator[CallWatch]:
@@ -167,8 +173,7 @@ class CallWatch:
 
     def _watch(self) -> None:
         cancelled: tuple[float, SocketState | None] | None = None
-        while True:
-            time.sleep(self.nudge_after)
+        while not self._stop.wait(self.nudge_after):
             current = self._current
             if current is None:
                 continue
