@@ -35,7 +35,8 @@ class Limits:
     queue_timeout_ms: int = 0
     """Default time a request may wait in the queue (0 = no limit; the ``queue-timeout-ms`` key overrides)."""
     idle_timeout_ms: int = 300_000
-    """An execution context unused this long is finalised and its sequence freed (0 = never)."""
+    """An execution context unused this long is finalised, its handle invalid from then on (0 = never).  Long
+    before, an idle one has given up its sequence and sampler (``engine.WARM_CONTEXTS``) but kept its handle."""
     max_prompt_bytes: int = 1 << 20
     """Bytes of one prompt's text; inline ``<img>`` images are counted apart (:data:`INLINE_IMAGE_ROOM`)."""
     max_output_bytes: int = 16 << 20
