@@ -269,7 +269,7 @@ def test_json_schema_output_parses_and_equals_the_grammar_first_chain(
     with real_nn.session(name, config) as session:
         text = session.complete(prompt)
         greedy = sampler_of(session)
-        tokens = inner(session).output_tokens
+        tokens = list(inner(session).output_tokens)
     assert tokens == expected
     eog = native.piece(expected[-1]).decode()
     check_person(text.removesuffix(eog))
@@ -307,7 +307,7 @@ def test_grammar_with_logit_bias_and_penalty_equals_the_grammar_first_chain(
     }
     with real_nn.session(name, config) as session:
         session.complete(prompt)
-        assert inner(session).output_tokens == expected
+        assert list(inner(session).output_tokens) == expected
         assert sampler_of(session).rejections > 0
 
 
@@ -422,7 +422,7 @@ def test_gemma3_context_shift_equals_llama_cpp_shifting(real_nn: WasiNN, natives
     with real_nn.session("gemma3", config) as session:
         session.complete(prompt)
         assert session.metadata["stop_reason"] == "n-predict"
-        assert inner(session).output_tokens == expected
+        assert list(inner(session).output_tokens) == expected
 
 
 # -- n-probs -------------------------------------------------------------------------------
