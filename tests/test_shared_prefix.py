@@ -183,6 +183,8 @@ def test_smollm2_shared_system_prompt(smollm2: WasiNN, native: NativeModel) -> N
     cells_match(worker)
     for session in sessions:
         session.close()
+    forced = 0
     for prompt, tokens in zip(prompts, answers):
         assert len(tokens) == config["n-predict"] or native.is_eog(tokens[-1]), tokens
-        check_greedy(native.follow(native.tokenize(prompt.encode()), tokens, n_ctx=1024))
+        forced += check_greedy(native.follow(native.tokenize(prompt.encode()), tokens, n_ctx=1024))
+    assert forced >= 6, f"only {forced} steps had a clear best token: too weak a check"  # 14 of 64 here
