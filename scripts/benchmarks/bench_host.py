@@ -216,12 +216,13 @@ def grammar_cost(nn: WasiNN, model: Path, n_tokens: int, threads: int, n_ctx: in
     m = {key: statistics.median(values) for key, values in rates.items()}
     return [
         "json-schema generation vs unconstrained, tokens/s after the prompt (target >= 0.8):",
-        f"  host, greedy               : {m['greedy']:8.1f} vs {m['free']:8.1f}  ratio {m['greedy'] / m['free']:6.3f}"
+        f"  {'host, greedy':<34}: {m['greedy']:8.1f} vs {m['free']:8.1f}  ratio {m['greedy'] / m['free']:6.3f}"
         f"  ({counts['greedy']} vs {n_tokens} tokens)",
-        f"  host, temp 0.8 (seed {SAMPLED_SEED})   : {m['sampled']:8.1f} vs {m['free_t']:8.1f}"
+        f"  {f'host, temp 0.8 (seed {SAMPLED_SEED})':<34}: {m['sampled']:8.1f} vs {m['free_t']:8.1f}"
         f"  ratio {m['sampled'] / m['free_t']:6.3f}  ({counts['sampled']} vs {n_tokens} tokens;"
         f" runs {', '.join(f'{x:.1f}' for x in rates['sampled'])})",
-        f"  native greedy, grammar-first chain: {m['nc']:8.1f} vs {m['nf']:8.1f}  ratio {m['nc'] / m['nf']:6.3f}",
+        f"  {'native greedy, grammar-first chain':<34}: {m['nc']:8.1f} vs {m['nf']:8.1f}"
+        f"  ratio {m['nc'] / m['nf']:6.3f}",
     ]
 
 
