@@ -18,8 +18,10 @@ from __future__ import annotations
 import ctypes
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import gguf
 import llama_cpp
 import numpy as np
 import pytest
@@ -31,7 +33,9 @@ from wasinn_host.core.context import InferenceContext
 from wasinn_host.core.grammar_sampling import GrammarSampler, GreedySampler, allowed_indices
 from wasinn_host.core.params import ContextParams, SamplingParams
 from wasinn_host.core.piece_trie import PieceTrie
+from wasinn_host.testing.gguf_models import write_successor_model
 from wasinn_host.testing.real_models import real_model_path
+from wasinn_host.testing.successor import char_token_id
 
 CTX = 256
 LOAD = {"ctx-size": CTX, "threads": 2}
@@ -307,6 +311,34 @@ def test_grammar_first_draws_are_common_samplers_grammar_first(
     sampler = assert_same_draws(real_nn, vocabs, recorded, name, config, "A short sentence:")
     assert isinstance(sampler, GrammarSampler)
     assert sampler.draws == 0 and sampler.fast_steps > 0 and sampler.full_steps > 0
+
+
+@pytest.mark.parametrize("temp", [0.0, 0.8])
+def test_the_models_suppressed_tokens_are_never_drawn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, temp: float
+) -> None:
+    """A GGUF's ``tokenizer.ggml.suppress_tokens`` join the logit bias at -inf, as ``common_sampler_init``
+    merges them: the successor model, whose every token is sure of its successor, never says ``c``."""
+    suppressed = char_token_id("c")
+    add_vocab_size = gguf.GGUFWriter.add_vocab_size
+
+    def with_suppressed(self: gguf.GGUFWriter, size: int) -> None:
+        add_vocab_size(self, size)
+        self.add_array("tokenizer.ggml.suppress_tokens", [suppressed])
+
+    monkeypatch.setattr(gguf.GGUFWriter, "add_vocab_size", with_suppressed)
+    path = write_successor_model(tmp_path / "suppressing.gguf")
+    monkeypatch.undo()
+    nn = WasiNN(preload=[f"supp:GGML:AUTO:{path}"], registry=ModelRegistry())
+    try:
+        with nn.session("supp", {"temp": temp, "seed": 3, "n-predict": 4, "ignore-eos": True}) as session:
+            session.complete("a")
+            context = session._context
+            assert isinstance(context, InferenceContext)
+            tokens = list(context.output_tokens)
+    finally:
+        nn.registry.close()
+    assert tokens[0] == char_token_id("b") and suppressed not in tokens
 
 
 # -- the piece trie: every allowed token, found without testing them all ---------------------------

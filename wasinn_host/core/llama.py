@@ -508,19 +508,23 @@ def check_sampling(model: LlamaModel, params: SamplingParams) -> None:
 
 
 def _pre_stages(model: LlamaModel, p: SamplingParams, n_ctx_seq: int) -> list[ctypes.c_void_p]:
-    """The stages that change logits token by token: logit bias, then (without mirostat) penalties and DRY."""
+    """The stages that change logits token by token: logit bias (the model's suppressed tokens banned, as
+    llama.cpp's ``common_sampler_init``), then (without mirostat) penalties and DRY."""
     stages = []
-    if p.logit_bias:
-        biases = (llama_cpp.llama_logit_bias * len(p.logit_bias))()
-        for i, (token, bias) in enumerate(p.logit_bias):
-            if token >= model.n_vocab:
-                raise WasiNNError(
-                    ErrorKind.INVALID_ARGUMENT,
-                    f"config key 'logit-bias': token id {token} is not in the vocabulary of {model.n_vocab}",
-                )
-            biases[i].token = llama_cpp.llama_token(token)
-            biases[i].bias = bias
-        stages.append(llama_cpp.llama_sampler_init_logit_bias(model.n_vocab, len(p.logit_bias), biases))
+    for token, _bias in p.logit_bias:
+        if token >= model.n_vocab:
+            raise WasiNNError(
+                ErrorKind.INVALID_ARGUMENT,
+                f"config key 'logit-bias': token id {token} is not in the vocabulary of {model.n_vocab}",
+            )
+    n_suppress = ctypes.c_int32(0)
+    suppress = llama_cpp.llama_vocab_get_suppress_tokens(model.vocab, ctypes.byref(n_suppress))
+    merged = [*p.logit_bias, *((int(suppress[i]), float("-inf")) for i in range(n_suppress.value))]
+    if merged:
+        biases = (llama_cpp.llama_logit_bias * len(merged))()
+        for i, (token, bias) in enumerate(merged):
+            biases[i] = llama_cpp.llama_logit_bias(token, bias)
+        stages.append(llama_cpp.llama_sampler_init_logit_bias(model.n_vocab, len(merged), biases))
     if p.mirostat != 0:
         return stages  # llama.cpp's mirostat chain: logit bias, temperature, mirostat
     last_n = n_ctx_seq if p.last_n_penalty < 0 else p.last_n_penalty
