@@ -5,8 +5,9 @@ sending ``--per-client`` requests each at the same time, to ``http://HOST:PORT/v
 phase, the HTTP status counts (``connection-error`` for a request that got no answer), the latency
 percentiles (ms), and, with ``--pid``, the resident memory and open descriptors of that process
 (the server: ``wasinn run``) at the start, after ``--warmup`` requests, at the end and at their
-highest, and the memory at every tenth of the phase (``rss_mib_every``).  "Flat" means the end is within ``--rss-slack-mib`` / ``--fd-slack`` of the value after the
-warm-up.  Exit status 0 when every request got 200 (and, with ``--pid``, memory and descriptors
+highest, and the memory at every tenth of the phase (``rss_mib_every``).  "Flat" means the end is
+within ``--rss-slack-mib`` / ``--fd-slack`` of the value after the warm-up.
+Exit status 0 when every request got 200 (and, with ``--pid``, memory and descriptors
 stayed flat), else 1.
 
 Usage::
