@@ -15,8 +15,8 @@ import wasmtime
 import wasmtime.component as cm
 from wasmtime import _ffi as ffi
 
+from wasinn_host.guest import fast_calls
 from wasinn_host.testing.guest_runs import GUESTS
-from wasinn_host.wit import fast_calls
 
 LISTS_WAT = GUESTS / "components" / "lists.wat"
 LARGEST_LIST_IN = 2_796_202
@@ -83,7 +83,7 @@ def test_keep_list_heap_stops_the_page_faults() -> None:
         import json, resource, sys
         sys.path.insert(0, sys.argv[1])
         from test_component_lists import Lists
-        from wasinn_host.wit import fast_calls
+        from wasinn_host.guest import fast_calls
 
         lists = Lists(bytes(range(256)) * 4096)
         def faults():

@@ -12,7 +12,7 @@ import pytest
 import wasmtime
 import wasmtime.component as cm
 
-from wasinn_host.compile_cache import CompileCache, default_cache_dir, wasmtime_version
+from wasinn_host.launch.compile_cache import CompileCache, default_cache_dir, wasmtime_version
 from wasinn_host.testing.gguf_models import successor_text
 from wasinn_host.testing.guest_runs import GUESTS, wasinn_cli
 
@@ -109,7 +109,8 @@ def test_wasinn_run_keeps_the_list_heap_for_components_only(
 ) -> None:
     """``keep_list_heap`` changes malloc for the whole process: the CLI asks for it only for a component."""
     from wasinn_host import cli
-    from wasinn_host.wit import fast_calls
+    from wasinn_host.cli import run as run_cli
+    from wasinn_host.guest import fast_calls
 
     calls: list[int] = []
 
@@ -118,8 +119,8 @@ def test_wasinn_run_keeps_the_list_heap_for_components_only(
         return True
 
     monkeypatch.setattr(fast_calls, "keep_list_heap", keep_list_heap)  # the CLI imports it when a component runs
-    monkeypatch.setattr(cli, "configure_logging", lambda *args: None)  # keep this process's loggers
-    monkeypatch.setattr(cli.signal, "signal", lambda *args: None)  # and its SIGHUP handler
+    monkeypatch.setattr(run_cli, "configure_logging", lambda *args: None)  # keep this process's loggers
+    monkeypatch.setattr(run_cli.signal, "signal", lambda *args: None)  # and its SIGHUP handler
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     preload = f"--nn-preload=succ:GGML:AUTO:{successor_path}"
     assert cli.main(["run", preload, str(GUESTS / "complete.wasm"), "succ", "hello"]) == 0

@@ -1,6 +1,6 @@
 """Stateful ABI fuzzing: random call sequences over all 12 imports through a real wasm instance.
 
-The state machine and the properties it checks live in ``wasinn_host/testing/fuzz_machine.py`` (shared with
+The state machine and the properties it checks live in ``wasinn_host/testing/fuzz/abi.py`` (shared with
 ``scripts/tools/fuzz_abi.py``, which runs it for longer).  This CI run is derandomized (the same call
 sequences every time) and sized for about a minute on a 2-core machine.
 """
@@ -16,7 +16,7 @@ import pytest
 
 from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.testing.abi_guest import AbiGuest
-from wasinn_host.testing.fuzz_machine import SIGNATURES, FuzzEnv, make_env, run_fuzz
+from wasinn_host.testing.fuzz.abi import SIGNATURES, FuzzEnv, make_env, run_fuzz
 
 EXAMPLES = 200
 STEPS = 50

@@ -162,8 +162,8 @@ def test_guest_that_exits_without_fini_or_finalize(nn: WasiNN) -> None:
 
 
 def test_runaway_guest_is_stopped_by_a_deadline(registry: ModelRegistry) -> None:
-    from wasinn_host.host import RunOptions
-    from wasinn_host.runner import run_instances
+    from wasinn_host import RunOptions
+    from wasinn_host.launch.runner import run_instances
 
     nn = WasiNN(registry=registry, interruptible=True)
     spin = wasmtime.Module(

@@ -14,8 +14,8 @@ import wasmtime
 import wasmtime.component as cm
 
 from wasinn_host import RunOptions, WasiNN
-from wasinn_host.cli import _exit_code
-from wasinn_host.runner import run_instances
+from wasinn_host.cli.run import _exit_code
+from wasinn_host.launch.runner import run_instances
 from wasinn_host.testing.gguf_models import successor_text
 from wasinn_host.testing.guest_runs import GUESTS
 from wasinn_host.wit.hayride_streams import VERSIONS

@@ -16,10 +16,10 @@ from collections.abc import Iterator
 import pytest
 
 from wasinn_host import Errno, Limits, ModelRegistry, WasiNN
-from wasinn_host.core.engine import WARM_CONTEXTS
-from wasinn_host.ephemeral.store_state import StoreState
+from wasinn_host.core.scheduler import WARM_CONTEXTS
+from wasinn_host.ephemeral.handles import HandleTables
+from wasinn_host.guest.store_tables import store_key
 from wasinn_host.models import DEMO_MODEL_PATH
-from wasinn_host.store_tables import store_key
 from wasinn_host.testing.abi_guest import AbiGuest
 from wasinn_host.testing.gguf_models import successor_text
 from wasinn_host.testing.guest_runs import GUESTS
@@ -29,7 +29,7 @@ PROMPTS = ("abc", "hello", "u", "xy", "mnop")
 WAIT = 30.0
 
 
-def store_state(guest: AbiGuest) -> StoreState:
+def store_state(guest: AbiGuest) -> HandleTables:
     state = guest.nn.imports.stores.lookup(store_key(guest.store))
     assert state is not None
     return state

@@ -1,4 +1,4 @@
-"""``core/llama_bindings.py``: a run loads llama-cpp-python's bindings only, and the package still
+"""``llama/bindings.py``: a run loads llama-cpp-python's bindings only, and the package still
 completes itself for code that asks for its high-level names."""
 
 from __future__ import annotations

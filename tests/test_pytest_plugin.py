@@ -14,7 +14,7 @@ import wasmtime
 
 # Imported here, before any inner session: pytester's in-process runs drop the modules a run imported
 # first, and llama.cpp's bindings and the harness must stay loaded once.
-import wasinn_host.core.llama  # noqa: F401
+import wasinn_host.llama.runtime  # noqa: F401
 import wasinn_host.pytest_plugin  # noqa: F401
 import wasinn_host.testing.guest_harness  # noqa: F401
 from wasinn_host.testing.gguf_models import successor_text

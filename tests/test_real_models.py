@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 
 from wasinn_host import ModelRegistry, WasiNN
-from wasinn_host.core.context import InferenceContext
-from wasinn_host.core.grammar_sampling import GreedySampler
+from wasinn_host.core.inference import InferenceContext
+from wasinn_host.llama.grammar_sampling import GreedySampler
 from wasinn_host.session import Session
 from wasinn_host.testing import real_models
 from wasinn_host.testing.abi_guest import AbiGuest

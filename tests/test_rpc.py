@@ -23,12 +23,12 @@ from wasinn_host import ModelRegistry, RunOptions, WasiNN
 from wasinn_host.backend.local import LocalBackend
 from wasinn_host.core.errors import ErrorKind, WasiNNError
 from wasinn_host.core.limits import INLINE_IMAGE_ROOM, Limits
+from wasinn_host.launch.runner import run_instances
 from wasinn_host.rpc.endpoint import ClientOptions
 from wasinn_host.rpc.messages import SESSION_KEY, host, host_grpc, nn, nn_grpc
 from wasinn_host.rpc.server import NNServer, ServeOptions
 from wasinn_host.rpc.service import NNService
 from wasinn_host.rpc.targets import TargetError
-from wasinn_host.runner import run_instances
 from wasinn_host.testing.gguf_models import successor_text
 from wasinn_host.testing.guest_runs import GUESTS, run_guest
 

@@ -27,12 +27,12 @@ import numpy as np
 import pytest
 
 from wasinn_host import ModelRegistry, WasiNN
-from wasinn_host.core import llama as host_llama
 from wasinn_host.core.config import parse_config, schema_to_grammar
-from wasinn_host.core.context import InferenceContext
-from wasinn_host.core.grammar_sampling import GrammarSampler, GreedySampler, allowed_indices
+from wasinn_host.core.inference import InferenceContext
 from wasinn_host.core.params import ContextParams, SamplingParams
-from wasinn_host.core.piece_trie import PieceTrie
+from wasinn_host.llama import runtime as host_llama
+from wasinn_host.llama.grammar_sampling import GrammarSampler, GreedySampler, allowed_indices
+from wasinn_host.llama.piece_trie import PieceTrie
 from wasinn_host.testing.gguf_models import write_successor_model
 from wasinn_host.testing.real_models import real_model_path
 from wasinn_host.testing.successor import char_token_id

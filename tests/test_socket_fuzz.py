@@ -1,6 +1,6 @@
 """Stateful fuzzing of WasmEdge's socket imports: random hostile calls through a real wasm instance.
 
-The state machine and what it checks live in ``wasinn_host/testing/socket_fuzz.py`` (shared with
+The state machine and what it checks live in ``wasinn_host/testing/fuzz/sockets.py`` (shared with
 ``scripts/tools/fuzz_sockets.py``, which runs it for longer and over seeds).  This CI run is
 derandomized and sized for a few seconds; two more runs plant a host bug each and check the fuzzer
 reports it.
@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 from wasinn_host.sockets import linking
-from wasinn_host.sockets.context import Call
-from wasinn_host.testing.socket_fuzz import SocketFuzzEnv, make_env, run_socket_fuzz
+from wasinn_host.sockets.call import Call
+from wasinn_host.testing.fuzz.sockets import SocketFuzzEnv, make_env, run_socket_fuzz
 from wasinn_host.testing.socket_probe import V1, V2, signatures
 
 EXAMPLES = 12

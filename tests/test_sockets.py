@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 import pytest
 import wasmtime
 
-from wasinn_host import WasiNN
-from wasinn_host.host import GuestError, RunOptions
+from wasinn_host import GuestError, RunOptions, WasiNN
 from wasinn_host.sockets import SocketPolicy
 from wasinn_host.testing.gguf_models import successor_text
 from wasinn_host.testing.guest_runs import GUESTS
@@ -490,7 +489,7 @@ def test_probe_checks_every_pointer_descriptor_and_value(nn: WasiNN, tmp_path: p
 
 
 def id_of(store: wasmtime.Store) -> int:
-    from wasinn_host.store_tables import store_key
+    from wasinn_host.guest.store_tables import store_key
 
     return store_key(store)
 

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from wasinn_host import ModelRegistry, WasiNN
-from wasinn_host.core.context import InferenceContext
 from wasinn_host.core.errors import WasiNNError
+from wasinn_host.core.inference import InferenceContext
 from wasinn_host.session import Session
 from wasinn_host.testing.gguf_models import write_successor_model
 from wasinn_host.testing.native_llama import NativeModel

@@ -117,7 +117,7 @@ def test_an_embedding_apps_stdout_file_gets_the_pieces(
 
 def test_an_embedding_apps_own_store_gets_the_pieces(nn: WasiNN, tmp_path: pathlib.Path) -> None:
     """Own Linker and Store: GuestStdout points the WasiConfig and the Store's piece sink at one file."""
-    from wasinn_host.guest_stdout import GuestStdout  # new with this behaviour
+    from wasinn_host.guest.stdout import GuestStdout  # new with this behaviour
 
     linker = wasmtime.Linker(nn.engine)
     linker.define_wasi()

@@ -15,11 +15,10 @@ import time
 import pytest
 import wasmtime
 
-from wasinn_host import Errno, ModelRegistry, WasiNN
+from wasinn_host import Errno, ModelRegistry, RunOptions, WasiNN
 from wasinn_host.core.errors import ErrorKind, WasiNNError
-from wasinn_host.host import RunOptions
+from wasinn_host.launch.runner import run_instances
 from wasinn_host.models import DEMO_MODEL_PATH
-from wasinn_host.runner import run_instances
 from wasinn_host.testing.abi_guest import AbiGuest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -16,8 +16,8 @@ from .backend.protocol import Backend
 from .core.config import EMPTY_CONFIG, ParsedConfig, parse_config
 from .core.errors import ErrorKind, WasiNNError
 from .core.generation import StopReason
-from .ephemeral.guest_files import give_image_reader, with_guest_projector
-from .guest_stdout import PieceSink, guarded, python_stdout
+from .guest.files import give_image_reader, with_guest_projector
+from .guest.stdout import PieceSink, guarded, python_stdout
 
 
 def _parsed(config: Mapping[str, Any] | str | bytes | None) -> ParsedConfig:

@@ -10,11 +10,11 @@ Two measurements in one run:
 2. **Round trip**: ``nn_roundtrip.wasm`` builds a tensor of ``--size`` bytes and reads it back
    ``--count`` times; the time per round trip (one ``list<u8>`` in, one out) is the difference
    between that run and a run with no round trips, divided by ``--count``; without the fast path
-   (wasmtime-py's element-by-element conversion), with it (``wasinn_host.wit.fast_calls``), and
+   (wasmtime-py's element-by-element conversion), with it (``wasinn_host.guest.fast_calls``), and
    with it after ``fast_calls.keep_list_heap()`` (process-wide: all that follows runs with it).
 
 3. **Start-up**: compiling each guest against loading it from a warm compile cache
-   (``wasinn_host.compile_cache``; ``--startup X.wasm`` adds another guest).
+   (``wasinn_host.launch.compile_cache``; ``--startup X.wasm`` adds another guest).
 
 4. **Breakdown** (``--breakdown``): where a round trip's time goes, per direction, on a WAT component
    whose imports take a ``list<u8>`` and return one: the same import with a host function that
@@ -48,9 +48,9 @@ import wasmtime
 import wasmtime.component as cm
 
 from wasinn_host import RunOptions, WasiNN
-from wasinn_host.compile_cache import CompileCache
-from wasinn_host.host import COMPONENT_HEADER
-from wasinn_host.wit import fast_calls
+from wasinn_host.guest import fast_calls
+from wasinn_host.launch.compile_cache import CompileCache
+from wasinn_host.launch.guest_load import COMPONENT_HEADER
 from wasinn_host.wit.imports import WitNNImports
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,8 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from wasinn_host import WasiNN
-from wasinn_host.host import RunOptions
+from wasinn_host import RunOptions, WasiNN
 from wasinn_host.sockets import linking
 from wasinn_host.sockets.table import SocketState
 

@@ -50,8 +50,8 @@ import wasmtime
 from guests_together import run_together
 
 from wasinn_host import ModelRegistry, WasiNN
-from wasinn_host.core.llama import default_threads, init_backend
 from wasinn_host.core.ngram_drafts import DraftSettings, NgramDrafter
+from wasinn_host.llama.runtime import default_threads, init_backend
 from wasinn_host.testing.real_models import real_model_path
 
 ROOT = Path(__file__).resolve().parents[2]

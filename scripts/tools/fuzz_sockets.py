@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fuzz WasmEdge's socket imports for longer than the CI test does.
 
-Runs the hypothesis state machine of ``wasinn_host/testing/socket_fuzz.py`` (the same one
+Runs the hypothesis state machine of ``wasinn_host/testing/fuzz/sockets.py`` (the same one
 ``tests/test_socket_fuzz.py`` runs) over one or more seeds and prints the calls made, the errno
 histogram per import, the calls that logged a line, waited for the peers or were cancelled, and the
 elapsed time.  Everything stays on loopback.
@@ -21,7 +21,7 @@ import sys
 import time
 import traceback
 
-from wasinn_host.testing.socket_fuzz import make_env, run_socket_fuzz
+from wasinn_host.testing.fuzz.sockets import make_env, run_socket_fuzz
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write the project's test models: the same as ``wasinn model`` (wasinn_host/model_cli.py), kept for old commands.
+"""Write the project's test models: the same as ``wasinn model`` (wasinn_host/cli/model.py), kept for old commands.
 
 Examples::
 

@@ -7,7 +7,7 @@ import pathlib
 import pytest
 
 from wasinn_host.core.errors import ErrorKind, WasiNNError
-from wasinn_host.ephemeral.guest_files import read_guest_file, resolve_guest_path
+from wasinn_host.guest.files import read_guest_file, resolve_guest_path
 
 
 @pytest.fixture

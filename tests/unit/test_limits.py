@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from wasinn_host import Errno, Limits, WasiNN
-from wasinn_host.core.engine import ModelWorker
+from wasinn_host.core.scheduler import ModelWorker
 from wasinn_host.testing.abi_guest import AbiGuest
 
 from .conftest import MakeNN

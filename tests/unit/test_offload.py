@@ -6,7 +6,8 @@ import logging
 
 import pytest
 
-from wasinn_host.core.offload import (
+from wasinn_host.core.preload import Target
+from wasinn_host.llama.offload import (
     ALL_LAYERS,
     MIB,
     MIN_MARGIN,
@@ -16,7 +17,6 @@ from wasinn_host.core.offload import (
     fit_gpu_layers,
     margin_for,
 )
-from wasinn_host.core.preload import Target
 
 GIB = 1 << 30
 # a 7B-like model: 32 layers of 200 MiB, a 250 MiB output layer, 64 MiB of KV per layer

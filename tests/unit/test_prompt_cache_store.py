@@ -10,9 +10,9 @@ import pytest
 
 from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.backend.fake import FakeRuntime
+from wasinn_host.cli.prompt_cache import parse_size
 from wasinn_host.core.prompt_cache import MIN_TOKENS, PromptCache, valid_entry_name
 from wasinn_host.core.prompt_cache_entry import EntryError, read_header, read_state, read_tokens, write_entry
-from wasinn_host.prompt_cache_cli import parse_size
 
 
 def test_an_entry_reads_back_and_every_damage_is_detected(tmp_path: pathlib.Path) -> None:

@@ -10,8 +10,8 @@ from wasmtime import _ffi as ffi
 
 from wasinn_host import Limits, RunOptions
 from wasinn_host.core.errors import ErrorKind, WasiNNError
+from wasinn_host.guest import fast_calls
 from wasinn_host.testing.guest_runs import GUESTS
-from wasinn_host.wit import fast_calls
 from wasinn_host.wit.llm_mapping import answer_tensors, hayride_config, read_request
 from wasinn_host.wit.tensors import HostTensor
 

@@ -1,7 +1,7 @@
 """A fake runtime in pure Python: the successor model without llama.cpp, for tests in milliseconds.
 
 :class:`FakeRuntime` implements :class:`~wasinn_host.core.runtime.Runtime` with the successor
-table of :mod:`wasinn_host.testing.successor`: tokenization as llama.cpp does it in that
+table of :mod:`wasinn_host.backend.successor`: tokenization as llama.cpp does it in that
 vocabulary, and every "forward pass" predicts the successor of the last decoded token
 (``a`` -> ``b`` ... ``z`` -> EOS, ``9`` -> ``0``).  Sampling is always that prediction, so any
 sampling parameters give the greedy output of the real successor model.  Everything above it
@@ -26,7 +26,8 @@ from ..core.params import ModelParams, SamplingParams
 from ..core.preload import Preload
 from ..core.registry import ModelRegistry
 from ..core.runtime import KvLayout
-from ..testing.successor import (
+from .local import LocalBackend
+from .successor import (
     BOS_ID,
     BYTE_TOKEN_OFFSET,
     CHAR_TOKEN_OFFSET,
@@ -37,7 +38,6 @@ from ..testing.successor import (
     successor_of,
     successor_tokenize,
 )
-from .local import LocalBackend
 
 GGUF_MAGIC = b"GGUF"
 GGUF_HEADER_BYTES = 24

@@ -1,4 +1,8 @@
-"""The local backend: this process's model registry and engine behind the backend protocol."""
+"""The local backend: this process's model registry and scheduler behind the backend protocol.
+
+It also wires the core to its one real runtime: a :class:`ModelRegistry` made without one gets
+llama.cpp's (:mod:`wasinn_host.llama`), imported when the first such registry is made.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +11,26 @@ import os
 from typing import Any
 
 from ..core.config import ParsedConfig
-from ..core.context import Graph, InferenceContext, open_graph
+from ..core.inference import Graph, InferenceContext, open_graph
 from ..core.limits import Limits
 from ..core.prompt_cache import PromptCache
 from ..core.registry import ModelRegistry, default_registry
-from ..observability.status import model_status
+from ..core.runtime import Runtime
+from .status import model_status
+
+
+def llama_runtime() -> Runtime:
+    """The llama.cpp runtime (llama.cpp is imported here, on the first registry made without a runtime)."""
+    from ..llama.runtime import LlamaRuntime
+
+    return LlamaRuntime()
+
+
+ModelRegistry.default_runtime = llama_runtime
 
 
 class LocalGraph:
-    """A :class:`~wasinn_host.core.context.Graph` as the backend protocol hands it out."""
+    """A :class:`~wasinn_host.core.inference.Graph` as the backend protocol hands it out."""
 
     def __init__(self, graph: Graph, registry: ModelRegistry, limits: Limits) -> None:
         self.graph = graph

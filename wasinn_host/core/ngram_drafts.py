@@ -4,7 +4,7 @@ A :class:`NgramDrafter` indexes a sequence's tokens (prompt and output) by the n
 position, keeping the latest occurrence of each.  Its draft for the next tokens is what followed the
 latest earlier occurrence of the sequence's last ``n`` tokens: text the answer repeats from the prompt
 (a rewrite, an extraction, a list continued) or from itself.  The engine verifies the draft in its next
-batch (see ``engine.py``), so a wrong draft costs decode time, never a wrong token.
+batch (see ``scheduler.py``), so a wrong draft costs decode time, never a wrong token.
 """
 
 from __future__ import annotations

@@ -21,16 +21,16 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, ClassVar, Iterable
 
-from .engine import ModelWorker
 from .errors import ErrorKind, WasiNNError
 from .limits import physical_memory
-from .load_errors import check_model_path
+from .model_path import check_model_path
 from .params import ModelParams
 from .preload import Preload, parse_preload
 from .prompt_cache import PromptCache, model_identity
 from .runtime import DEFAULT_SEQUENCES, MAX_DEFAULT_CTX, Context, KvLayout, Model, Runtime
+from .scheduler import ModelWorker
 
 log = logging.getLogger("wasinn_host")
 
@@ -198,10 +198,15 @@ def _open_model(
 class ModelRegistry:
     """Name → model table shared by every Store of a process (thread-safe).
 
-    ``runtime`` loads the models (default: llama.cpp); ``max_idle_models`` unused models stay
-    loaded for the next user.  The KV budget of a load is the caller's ``Limits.max_kv_bytes``.
-    ``prompt_cache`` keeps prompt prefixes on disk for models loaded from then on (settable later).
+    ``runtime`` loads the models (default: :attr:`default_runtime`'s, llama.cpp's); ``max_idle_models``
+    unused models stay loaded for the next user.  The KV budget of a load is the caller's
+    ``Limits.max_kv_bytes``.  ``prompt_cache`` keeps prompt prefixes on disk for models loaded from then
+    on (settable later).
     """
+
+    default_runtime: ClassVar[Callable[[], Runtime] | None] = None
+    """Makes the runtime of a registry given none.  The core knows no backend: :mod:`wasinn_host.backend.local`
+    sets llama.cpp's here (importing ``wasinn_host`` imports it), which loads llama.cpp on first call."""
 
     def __init__(
         self,
@@ -212,11 +217,10 @@ class ModelRegistry:
         prompt_cache: PromptCache | None = None,
     ) -> None:
         if runtime is None:
-            from .llama import LlamaRuntime
-
-            self.runtime: Runtime = LlamaRuntime()
-        else:
-            self.runtime = runtime
+            if ModelRegistry.default_runtime is None:
+                raise RuntimeError("ModelRegistry: no runtime given and no default runtime set")
+            runtime = ModelRegistry.default_runtime()
+        self.runtime: Runtime = runtime
         self.max_idle_models = max_idle_models
         self.prompt_cache = prompt_cache
         self._lock = threading.RLock()

@@ -4,7 +4,7 @@ Objects pass between one runtime's own classes (its contexts decode its batches)
 parameters are typed ``Any`` here.
 
 The engine and the registry are written against these, not against llama.cpp: the real
-implementation is :mod:`wasinn_host.core.llama` (llama-cpp-python), and
+implementation is :mod:`wasinn_host.llama.runtime` (llama-cpp-python), and
 :mod:`wasinn_host.backend.fake` answers deterministically in pure Python so scheduling and
 the front ends can be tested in milliseconds.
 """

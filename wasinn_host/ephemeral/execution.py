@@ -16,7 +16,7 @@ from ..backend.protocol import BackendContext, BackendGraph
 from ..core.config import ParsedConfig, parse_config
 from ..core.errors import ErrorKind, WasiNNError
 from ..core.generation import GenerationResult, StopReason
-from .metadata import embedding_json, metadata_json
+from ..guest.metadata import embedding_json, metadata_json
 
 METADATA_INDEX = 1
 _NO_METADATA: tuple[int, bytes] = (-1, b"")

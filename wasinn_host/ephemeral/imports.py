@@ -2,7 +2,7 @@
 
 Steps of every call:
 
-1. find the calling Store's handle tables (:class:`StoreState`) and the guest memory;
+1. find the calling Store's handle tables (:class:`HandleTables`) and the guest memory;
 2. read and bounds-check the guest's pointers, lengths and structs;
 3. call the backend (load a graph, open a context) or the execution context (``execution.py``);
 4. write the results back and return the errno.
@@ -25,12 +25,12 @@ from ..core.config import EMPTY_CONFIG, ParsedConfig, parse_config
 from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.limits import Limits
 from ..core.preload import Encoding, Target
-from ..guest_stdout import PieceSink, inherited_stdout
-from ..store_tables import StoreTable
+from ..guest.memory import U32_MASK, GuestMemory
+from ..guest.native_func import GuestTrap, caller_memory, define_i32_func
+from ..guest.stdout import PieceSink, inherited_stdout
+from ..guest.store_tables import ContextCounter, StoreTable
 from .errno import errno_for
-from .guest_memory import U32_MASK, GuestMemory
-from .native_func import GuestTrap, caller_memory, define_i32_func
-from .store_state import ContextCounter, StoreState
+from .handles import HandleTables
 from .tensor_check import check_dims_count, check_input_data, check_input_tensor
 
 log = logging.getLogger("wasinn_host")
@@ -75,7 +75,7 @@ class WasiNNImports:
         self.legacy_output = legacy_output
         self.allowed = frozenset(allowed) if allowed is not None else None
         self.contexts_alive = ContextCounter()
-        self.stores: StoreTable[StoreState] = StoreTable(
+        self.stores: StoreTable[HandleTables] = StoreTable(
             self.limits,
             "execution contexts",
             "a Store not attached with WasiNN.attach() called wasi_ephemeral_nn; "
@@ -89,8 +89,8 @@ class WasiNNImports:
         allowed: Iterable[str] | None = None,
         dirs: Sequence[tuple[str, str]] = (),
         stdout: PieceSink = inherited_stdout,
-    ) -> StoreState:
-        return StoreState(
+    ) -> HandleTables:
+        return HandleTables(
             self.limits, self.contexts_alive, allowed if allowed is not None else self.allowed, dirs, stdout
         )
 
@@ -100,7 +100,7 @@ class WasiNNImports:
         allowed: Iterable[str] | None = None,
         dirs: Sequence[tuple[str, str]] = (),
         stdout: PieceSink = inherited_stdout,
-    ) -> StoreState:
+    ) -> HandleTables:
         """Register a Store: its state is freed with it, and its memory export is cached.
 
         ``allowed`` limits the model names this Store may load (default: the instance's list);
@@ -119,7 +119,7 @@ class WasiNNImports:
         """The number of Stores with handle tables now."""
         return len(self.stores)
 
-    def states(self) -> list[StoreState]:
+    def states(self) -> list[HandleTables]:
         """The Stores known now."""
         return self.stores.states()
 
@@ -138,11 +138,11 @@ class WasiNNImports:
         """Finalise the execution contexts unused for ``idle_timeout_ms`` in every Store."""
         self.stores.reap_idle()
 
-    def _state(self, key: int) -> StoreState:
+    def _state(self, key: int) -> HandleTables:
         return self.stores.get(key, self._new_state)
 
     @staticmethod
-    def _memory(caller: int, context: int, state: StoreState) -> GuestMemory:
+    def _memory(caller: int, context: int, state: HandleTables) -> GuestMemory:
         memory = state.memory
         if memory is None:
             memory = caller_memory(caller)
@@ -191,7 +191,7 @@ class WasiNNImports:
     def load(
         self,
         mem: GuestMemory,
-        state: StoreState,
+        state: HandleTables,
         builders_ptr: int,
         builders_len: int,
         encoding: int,
@@ -240,7 +240,7 @@ class WasiNNImports:
     def _load_named(
         self,
         mem: GuestMemory,
-        state: StoreState,
+        state: HandleTables,
         name_ptr: int,
         name_len: int,
         config: ParsedConfig | None,
@@ -255,14 +255,14 @@ class WasiNNImports:
             raise invalid(f"model name {raw!r} is not valid UTF-8") from None
         mem.write_u32(graph_out, state.load_named(self.backend, name, config or EMPTY_CONFIG), "graph_id_out")
 
-    def load_by_name(self, mem: GuestMemory, state: StoreState, name_ptr: int, name_len: int, graph_out: int) -> None:
+    def load_by_name(self, mem: GuestMemory, state: HandleTables, name_ptr: int, name_len: int, graph_out: int) -> None:
         """``load_by_name(name, len, *graph)``: a model the host preloaded under ``name``."""
         self._load_named(mem, state, name_ptr, name_len, None, graph_out)
 
     def load_by_name_with_config(
         self,
         mem: GuestMemory,
-        state: StoreState,
+        state: HandleTables,
         name_ptr: int,
         name_len: int,
         config_ptr: int,
@@ -274,23 +274,23 @@ class WasiNNImports:
         text = mem.read(config_ptr, config_len, "config")
         self._load_named(mem, state, name_ptr, name_len, parse_config(text), graph_out)
 
-    def unload(self, mem: GuestMemory, state: StoreState, graph: int) -> None:
+    def unload(self, mem: GuestMemory, state: HandleTables, graph: int) -> None:
         """``unload(graph)``: forget the graph; its contexts fail from now on, as in WasmEdge."""
         state.unload(graph)
 
     # -- contexts ------------------------------------------------------------------
 
-    def init_execution_context(self, mem: GuestMemory, state: StoreState, graph: int, ctx_out: int) -> None:
+    def init_execution_context(self, mem: GuestMemory, state: HandleTables, graph: int, ctx_out: int) -> None:
         """``init_execution_context(graph, *ctx)``: a new conversation on the graph."""
         state.graph(graph)
         mem.check(ctx_out, 4, "ctx_out")
         mem.write_u32(ctx_out, state.open_context(graph), "ctx_out")
 
-    def finalize_execution_context(self, mem: GuestMemory, state: StoreState, ctx: int) -> None:
+    def finalize_execution_context(self, mem: GuestMemory, state: HandleTables, ctx: int) -> None:
         """``finalize_execution_context(ctx)``: free the context."""
         state.finalize(ctx)
 
-    def set_input(self, mem: GuestMemory, state: StoreState, ctx: int, index: int, tensor_ptr: int) -> None:
+    def set_input(self, mem: GuestMemory, state: HandleTables, ctx: int, index: int, tensor_ptr: int) -> None:
         """``set_input(ctx, index, *tensor)``: a U8 tensor; index 1 is metadata JSON, any other the prompt."""
         context = state.context(ctx)
         dims_ptr, dims_len, ttype, data_ptr, data_len = mem.read_u32s(tensor_ptr, 5, "tensor struct")
@@ -300,26 +300,26 @@ class WasiNNImports:
         check_input_data(data, self.limits)
         context.set_input(index & U32_MASK, data)
 
-    def compute(self, mem: GuestMemory, state: StoreState, ctx: int) -> None:
+    def compute(self, mem: GuestMemory, state: HandleTables, ctx: int) -> None:
         """``compute(ctx)``: generate the whole answer (context full: output kept, reported)."""
         state.context(ctx).compute()
 
-    def compute_single(self, mem: GuestMemory, state: StoreState, ctx: int) -> None:
+    def compute_single(self, mem: GuestMemory, state: HandleTables, ctx: int) -> None:
         """``compute_single(ctx)``: generate one token (end-of-sequence reported at the end)."""
         state.context(ctx).compute_single()
 
-    def fini_single(self, mem: GuestMemory, state: StoreState, ctx: int) -> None:
+    def fini_single(self, mem: GuestMemory, state: HandleTables, ctx: int) -> None:
         """``fini_single(ctx)``: end a stream; the next ``compute_single`` starts over."""
         state.context(ctx).fini_single()
 
     def get_output(
-        self, mem: GuestMemory, state: StoreState, ctx: int, index: int, out_ptr: int, out_max: int, written_ptr: int
+        self, mem: GuestMemory, state: HandleTables, ctx: int, index: int, out_ptr: int, out_max: int, written_ptr: int
     ) -> None:
         """``get_output(ctx, index, buf, len, *written)``: index 1 the metadata JSON, else the whole output."""
         self._copy_out(mem, state.context(ctx).get_output(index & U32_MASK), out_ptr, out_max, written_ptr)
 
     def get_output_single(
-        self, mem: GuestMemory, state: StoreState, ctx: int, index: int, out_ptr: int, out_max: int, written_ptr: int
+        self, mem: GuestMemory, state: HandleTables, ctx: int, index: int, out_ptr: int, out_max: int, written_ptr: int
     ) -> None:
         """``get_output_single(ctx, index, buf, len, *written)``: index 1 the metadata JSON, else the last piece."""
         self._copy_out(mem, state.context(ctx).get_output_single(index & U32_MASK), out_ptr, out_max, written_ptr)

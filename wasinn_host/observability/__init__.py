@@ -1,1 +1,2 @@
-"""Status, Prometheus metrics and logging: read from the core, never from a front end's internals."""
+"""Logging (text or JSON lines) and Prometheus metrics, at the bottom of the package: anything may log
+or export through it, and it imports nothing of the package (the status it exports is handed to it)."""

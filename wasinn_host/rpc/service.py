@@ -25,7 +25,7 @@ from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.preload import Target
 from ..ephemeral.errno import errno_for
 from ..ephemeral.execution import METADATA_INDEX, ExecutionContext
-from ..ephemeral.store_state import StoreState
+from ..ephemeral.handles import HandleTables
 from ..ephemeral.tensor_check import check_dims_count, check_input_data, check_input_tensor
 from .messages import SESSION_KEY, host, nn
 from .remote_config import remote_config
@@ -59,14 +59,14 @@ class NNService:
 
     # -- plumbing --------------------------------------------------------------
 
-    def _run(self, context: Any, method: str, body: Callable[[StoreState, threading.Lock, str], T]) -> T:
+    def _run(self, context: Any, method: str, body: Callable[[HandleTables, threading.Lock, str], T]) -> T:
         result = self._attempt(context, method, body)
         if isinstance(result, WasiNNError):
             abort_with(context, result)
         return result
 
     def _attempt(
-        self, context: Any, method: str, body: Callable[[StoreState, threading.Lock, str], T]
+        self, context: Any, method: str, body: Callable[[HandleTables, threading.Lock, str], T]
     ) -> T | WasiNNError:
         """``body`` in the caller's session scope: its result, or the error to end the call with (logged)."""
         session = session_of(context)
@@ -90,7 +90,7 @@ class NNService:
             )
         return failure
 
-    def _context(self, state: StoreState, handle: int) -> ExecutionContext:
+    def _context(self, state: HandleTables, handle: int) -> ExecutionContext:
         return state.context(handle)
 
     @staticmethod
@@ -108,7 +108,7 @@ class NNService:
     def LoadByName(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC method names)
         """``load_by_name``: a graph handle in the caller's scope."""
 
-        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+        def body(state: HandleTables, lock: threading.Lock, session: str) -> Any:
             with lock:
                 handle = state.load_named(self.backend, request.name, EMPTY_CONFIG, reuse=session == ANONYMOUS)
             return nn.LoadByNameResult(graph_handle=handle)
@@ -118,7 +118,7 @@ class NNService:
     def LoadByNameWithConfig(self, request: Any, context: Any) -> Any:  # noqa: N802
         """``load_by_name_with_config``: as LoadByName, with screened config JSON."""
 
-        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+        def body(state: HandleTables, lock: threading.Lock, session: str) -> Any:
             config = remote_config(request.config.encode())
             with lock:
                 handle = state.load_named(self.backend, request.name, config, reuse=session == ANONYMOUS)
@@ -131,7 +131,7 @@ class NNService:
     def InitExecutionContext(self, request: Any, context: Any) -> Any:  # noqa: N802
         """``init_execution_context`` on a graph of the caller's scope."""
 
-        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+        def body(state: HandleTables, lock: threading.Lock, session: str) -> Any:
             with lock:
                 handle = state.open_context(request.resource_handle)
             return nn.InitExecutionContextResult(ctx_handle=handle)
@@ -143,7 +143,7 @@ class NNService:
     def SetInput(self, request: Any, context: Any) -> Any:  # noqa: N802
         """``set_input``: index 1 screened config JSON, any other the prompt."""
 
-        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+        def body(state: HandleTables, lock: threading.Lock, session: str) -> Any:
             ctx = self._context(state, request.resource_handle)
             tensor = request.tensor
             check_dims_count(len(tensor.dimensions))
@@ -158,7 +158,7 @@ class NNService:
         return self._run(context, "set_input", body)
 
     def _compute(self, context: Any, method: str, step: Callable[[ExecutionContext], None], handle: int) -> Any:
-        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+        def body(state: HandleTables, lock: threading.Lock, session: str) -> Any:
             ctx = self._context(state, handle)
             self._cancel_if_gone(context, ctx)
             step(ctx)
@@ -182,7 +182,7 @@ class NNService:
         """``get_output``: the whole output, or index 1's metadata JSON; at most ``output_max_size``
         bytes when the client sends one (larger: errno 7, as WasmEdge's server), else no limit."""
 
-        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+        def body(state: HandleTables, lock: threading.Lock, session: str) -> Any:
             data = self._context(state, request.resource_handle).get_output(request.index)
             return nn.GetOutputResult(data=_within_max(data, request.output_max_size, "get_output"))
 
@@ -192,7 +192,7 @@ class NNService:
         """``get_output_single``: the last token's piece, or index 1's metadata JSON (``output_max_size``
         as for ``GetOutput``)."""
 
-        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+        def body(state: HandleTables, lock: threading.Lock, session: str) -> Any:
             data = self._context(state, request.resource_handle).get_output_single(request.index)
             return nn.GetOutputResult(data=_within_max(data, request.output_max_size, "get_output_single"))
 
@@ -203,7 +203,7 @@ class NNService:
     def ComputeSingleOutput(self, request: Any, context: Any) -> Any:  # noqa: N802
         """``compute_single`` and the new token's piece in one round trip (errors as ``ComputeSingle``)."""
 
-        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+        def body(state: HandleTables, lock: threading.Lock, session: str) -> Any:
             ctx = self._context(state, request.ctx_handle)
             self._cancel_if_gone(context, ctx)
             ctx.compute_single()
@@ -217,7 +217,7 @@ class NNService:
         pieces: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         outcome: list[object] = []
 
-        def body(state: StoreState, lock: threading.Lock, session: str) -> None:
+        def body(state: HandleTables, lock: threading.Lock, session: str) -> None:
             ctx = self._context(state, request.ctx_handle)
             self._cancel_if_gone(context, ctx)
             ctx.compute(on_piece=pieces.put)
@@ -237,7 +237,7 @@ class NNService:
     def Load(self, request: Any, context: Any) -> Any:  # noqa: N802
         """A model from GGUF bytes, if the server allows it and within ``max_load_bytes``."""
 
-        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+        def body(state: HandleTables, lock: threading.Lock, session: str) -> Any:
             if not self.allow_load_bytes:
                 raise WasiNNError(
                     ErrorKind.UNSUPPORTED,
@@ -269,7 +269,7 @@ class NNService:
     def Unload(self, request: Any, context: Any) -> Any:  # noqa: N802
         """``unload``: forget a graph of the caller's scope."""
 
-        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+        def body(state: HandleTables, lock: threading.Lock, session: str) -> Any:
             with lock:
                 state.unload(request.graph_handle)
             return host.UnloadResult()
@@ -279,7 +279,7 @@ class NNService:
     def FinalizeExecutionContext(self, request: Any, context: Any) -> Any:  # noqa: N802
         """``finalize_execution_context``: free a context of the caller's scope."""
 
-        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+        def body(state: HandleTables, lock: threading.Lock, session: str) -> Any:
             with lock:
                 state.finalize(request.ctx_handle)
             return host.FinalizeResult()
@@ -295,7 +295,7 @@ class NNService:
     def Status(self, request: Any, context: Any) -> Any:  # noqa: N802
         """The status JSON and the number of contexts open (the client's placement load)."""
 
-        def body(state: StoreState, lock: threading.Lock, session: str) -> Any:
+        def body(state: HandleTables, lock: threading.Lock, session: str) -> Any:
             return host.StatusResult(json=orjson.dumps(self.status()).decode(), contexts=self.scopes.counter.value)
 
         return self._run(context, "status", body)

@@ -2,7 +2,7 @@
 
 A call names its session in the ``wasinn-session`` metadata; a call without one (every
 WasmEdge client) uses the anonymous scope, where handles are shared as in WasmEdge's server.
-A scope is a :class:`~wasinn_host.ephemeral.store_state.StoreState` (the same handle tables
+A scope is a :class:`~wasinn_host.ephemeral.handles.HandleTables` (the same handle tables
 and limits a guest's Store has), so one session can never name another's graph or context.
 A session's scope is freed when its last ``Attach`` stream ends (the client closed, died or
 stopped answering keep-alive pings) or, for any scope, by the idle timeout.
@@ -15,7 +15,8 @@ import threading
 from typing import Iterable
 
 from ..core.limits import Limits
-from ..ephemeral.store_state import ContextCounter, StoreState
+from ..ephemeral.handles import HandleTables
+from ..guest.store_tables import ContextCounter
 
 log = logging.getLogger("wasinn_host")
 
@@ -30,17 +31,17 @@ class SessionScopes:
         self.allowed = list(allowed) if allowed is not None else None
         self.counter = ContextCounter()
         self._lock = threading.Lock()
-        self._scopes: dict[str, StoreState] = {}
+        self._scopes: dict[str, HandleTables] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._attached: dict[str, int] = {}
         self.freed_sessions = 0
 
-    def scope(self, session: str) -> tuple[StoreState, threading.Lock]:
+    def scope(self, session: str) -> tuple[HandleTables, threading.Lock]:
         """The scope of ``session`` (created on first use) and the lock guarding its handle tables."""
         with self._lock:
             state = self._scopes.get(session)
             if state is None:
-                state = self._scopes[session] = StoreState(self.limits, self.counter, self.allowed)
+                state = self._scopes[session] = HandleTables(self.limits, self.counter, self.allowed)
                 self._locks[session] = threading.Lock()
             return state, self._locks[session]
 

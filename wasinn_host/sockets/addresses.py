@@ -13,7 +13,7 @@ import socket
 import struct
 from typing import Any
 
-from .constants import ADDR_STORAGE_SIZE, AF_INET4, AF_INET6, Errno
+from .constants import ADDR_STORAGE_SIZE, AF_INET4, AF_INET6, WasiErrno
 from .guest_view import GuestView
 from .policy import IPAddress
 from .table import SockError
@@ -33,8 +33,8 @@ def read_address(view: GuestView, ptr: int, what: str) -> IPAddress:
             return ipaddress.IPv4Address(data[2:6])
         if family == AF_INET6:
             return ipaddress.IPv6Address(data[2:18])
-        raise SockError(Errno.INVAL)
-    raise SockError(Errno.INVAL)
+        raise SockError(WasiErrno.INVAL)
+    raise SockError(WasiErrno.INVAL)
 
 
 def host_family(address: IPAddress) -> socket.AddressFamily:
@@ -59,11 +59,11 @@ def write_address_v1(view: GuestView, ptr: int, type_ptr: int, port_ptr: int, na
     address, port = from_sockaddr(name)
     buf, length = struct.unpack("<II", view.read(ptr, 8, "address"))
     if length not in (4, 16):
-        raise SockError(Errno.INVAL)
+        raise SockError(WasiErrno.INVAL)
     view.address(type_ptr, 4, "address type")
     view.address(port_ptr, 4, "port")
     if len(address.packed) > length:
-        raise SockError(Errno.INVAL)
+        raise SockError(WasiErrno.INVAL)
     view.write(buf, address.packed, "address bytes")
     view.put_u32(type_ptr, address.version, "address type")
     view.put_u32(port_ptr, port, "port")
@@ -74,7 +74,7 @@ def write_address_v2(view: GuestView, ptr: int, port_ptr: int, name: Any) -> Non
     address, port = from_sockaddr(name)
     buf, length = struct.unpack("<II", view.read(ptr, 8, "address"))
     if length != ADDR_STORAGE_SIZE:
-        raise SockError(Errno.INVAL)
+        raise SockError(WasiErrno.INVAL)
     view.address(port_ptr, 4, "port")
     family = AF_INET4 if address.version == 4 else AF_INET6
     view.write(buf, struct.pack("<H", family) + address.packed, "address storage")
@@ -92,4 +92,4 @@ def write_storage(view: GuestView, ptr: int, name: Any) -> None:
     elif length >= len(address.packed):
         view.write(buf, address.packed, "address bytes")
     else:
-        raise SockError(Errno.INVAL)
+        raise SockError(WasiErrno.INVAL)

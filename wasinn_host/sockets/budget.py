@@ -17,13 +17,13 @@ import errno as os_errno
 import socket
 from typing import Callable, NoReturn
 
-from .constants import Errno
+from .constants import WasiErrno
 from .host_fds import nofile_limit, open_descriptors
 from .policy import PER_STORE_OPTION, TOTAL_OPTION, SocketPolicy
 from .table import SockError, SocketState, sockets_in_process
 
 
-def refuse(state: SocketState, cap: str, errno: Errno, message: str) -> NoReturn:
+def refuse(state: SocketState, cap: str, errno: WasiErrno, message: str) -> NoReturn:
     """Raise ``errno`` for the guest; ``message`` is logged the first time this Store meets ``cap``."""
     first = cap not in state.warned
     state.warned.add(cap)
@@ -43,7 +43,7 @@ def check_room(state: SocketState, policy: SocketPolicy, call: str) -> None:
         refuse(
             state,
             "per_store",
-            Errno.MFILE,
+            WasiErrno.MFILE,
             f"refused the guest's {call}: it holds {held} sockets, limit max_sockets_per_store="
             f"{policy.max_sockets_per_store} reached (raise it with SocketPolicy(max_sockets_per_store=...) "
             f"or `wasinn run {PER_STORE_OPTION} N`)",
@@ -53,7 +53,7 @@ def check_room(state: SocketState, policy: SocketPolicy, call: str) -> None:
         refuse(
             state,
             "total",
-            Errno.NFILE,
+            WasiErrno.NFILE,
             f"refused the guest's {call}: guests hold {total} sockets in this process, limit "
             f"max_sockets_total={policy.max_sockets_total} reached (raise it with "
             f"SocketPolicy(max_sockets_total=...) or `wasinn run {TOTAL_OPTION} N`)",
@@ -72,7 +72,7 @@ def check_descriptor(state: SocketState, policy: SocketPolicy, sock: socket.sock
     refuse(
         state,
         "reserve",
-        Errno.MFILE,
+        WasiErrno.MFILE,
         f"refused the guest's {call}: the process is near its descriptor limit (RLIMIT_NOFILE {limit}, "
         f"{'?' if opened is None else opened} open, {sockets_in_process()} of them guests' sockets) and "
         f"keeps the last {policy.reserve_fds} for the host (raise the limit with `ulimit -n`, or lower "
@@ -88,7 +88,7 @@ def out_of_descriptors(state: SocketState, exc: OSError, call: str) -> None:
     refuse(
         state,
         "host",
-        Errno.MFILE if exc.errno == os_errno.EMFILE else Errno.NFILE,
+        WasiErrno.MFILE if exc.errno == os_errno.EMFILE else WasiErrno.NFILE,
         f"refused the guest's {call}: the host is out of descriptors ({exc.strerror}; RLIMIT_NOFILE "
         f"{'unlimited' if limit is None else limit}, {sockets_in_process()} guests' sockets open)",
     )

@@ -2,7 +2,7 @@
 
 Every exception a socket function raises ends in :func:`errno_for` (called by the handler of
 :mod:`.linking`), so no argument a guest passes can make the host trap it; only a
-:class:`~wasinn_host.ephemeral.native_func.GuestTrap` (the host stopping the guest, or a trap in
+:class:`~wasinn_host.guest.native_func.GuestTrap` (the host stopping the guest, or a trap in
 wasmtime's own function for a descriptor that is not a socket) traps, and the handler re-raises
 that before it gets here.
 
@@ -24,7 +24,7 @@ import logging
 import struct
 import traceback
 
-from .constants import Errno, errno_from_os
+from .constants import WasiErrno, errno_from_os
 from .passthrough import WASI
 from .policy import Refused
 from .table import SockError
@@ -40,7 +40,7 @@ def errno_for(name: str, args: tuple[int, ...], exc: Exception) -> int:
         return int(exc.errno)
     if isinstance(exc, Refused):
         log.warning("%s", exc)
-        return int(Errno.ACCES)
+        return int(WasiErrno.ACCES)
     if isinstance(exc, OSError) and exc.errno is not None:
         code = errno_from_os(exc.errno)
         log.debug("%s on %d: %s (%s)", name, args[0] if args else -1, exc.strerror, code.name)
@@ -60,15 +60,15 @@ def errno_for(name: str, args: tuple[int, ...], exc: Exception) -> int:
     return int(code)
 
 
-def unexpected_errno(exc: BaseException) -> Errno:
+def unexpected_errno(exc: BaseException) -> WasiErrno:
     """The errno nearest an exception no socket function was meant to raise."""
     if isinstance(exc, OverflowError):
-        return Errno.OVERFLOW
+        return WasiErrno.OVERFLOW
     if isinstance(exc, (ValueError, struct.error)):
-        return Errno.INVAL
+        return WasiErrno.INVAL
     if isinstance(exc, MemoryError):
-        return Errno.NOMEM
-    return Errno.IO
+        return WasiErrno.NOMEM
+    return WasiErrno.IO
 
 
 def _one_line(text: str) -> str:

@@ -11,7 +11,7 @@ import enum
 import errno as os_errno
 
 
-class Errno(enum.IntEnum):
+class WasiErrno(enum.IntEnum):
     """WASI preview 1 errno values the socket layer returns."""
 
     SUCCESS = 0
@@ -61,43 +61,43 @@ class Errno(enum.IntEnum):
 
 
 _FROM_OS = {
-    os_errno.EACCES: Errno.ACCES,
-    os_errno.EPERM: Errno.ACCES,
-    os_errno.EADDRINUSE: Errno.ADDRINUSE,
-    os_errno.EADDRNOTAVAIL: Errno.ADDRNOTAVAIL,
-    os_errno.EAFNOSUPPORT: Errno.AFNOSUPPORT,
-    os_errno.EAGAIN: Errno.AGAIN,
-    os_errno.EALREADY: Errno.ALREADY,
-    os_errno.EBADF: Errno.BADF,
-    os_errno.ECONNABORTED: Errno.CONNABORTED,
-    os_errno.ECONNREFUSED: Errno.CONNREFUSED,
-    os_errno.ECONNRESET: Errno.CONNRESET,
-    os_errno.EDESTADDRREQ: Errno.DESTADDRREQ,
-    os_errno.EHOSTUNREACH: Errno.HOSTUNREACH,
-    os_errno.EINPROGRESS: Errno.INPROGRESS,
-    os_errno.EINTR: Errno.INTR,
-    os_errno.EINVAL: Errno.INVAL,
-    os_errno.EISCONN: Errno.ISCONN,
-    os_errno.EMFILE: Errno.MFILE,
-    os_errno.EMSGSIZE: Errno.MSGSIZE,
-    os_errno.ENETDOWN: Errno.NETDOWN,
-    os_errno.ENETRESET: Errno.NETRESET,
-    os_errno.ENETUNREACH: Errno.NETUNREACH,
-    os_errno.ENFILE: Errno.NFILE,
-    os_errno.ENOBUFS: Errno.NOBUFS,
-    os_errno.ENOMEM: Errno.NOMEM,
-    os_errno.ENOPROTOOPT: Errno.NOPROTOOPT,
-    os_errno.ENOTCONN: Errno.NOTCONN,
-    os_errno.ENOTSOCK: Errno.NOTSOCK,
-    os_errno.EOPNOTSUPP: Errno.NOTSUP,
-    os_errno.EPIPE: Errno.PIPE,
-    os_errno.ETIMEDOUT: Errno.TIMEDOUT,
+    os_errno.EACCES: WasiErrno.ACCES,
+    os_errno.EPERM: WasiErrno.ACCES,
+    os_errno.EADDRINUSE: WasiErrno.ADDRINUSE,
+    os_errno.EADDRNOTAVAIL: WasiErrno.ADDRNOTAVAIL,
+    os_errno.EAFNOSUPPORT: WasiErrno.AFNOSUPPORT,
+    os_errno.EAGAIN: WasiErrno.AGAIN,
+    os_errno.EALREADY: WasiErrno.ALREADY,
+    os_errno.EBADF: WasiErrno.BADF,
+    os_errno.ECONNABORTED: WasiErrno.CONNABORTED,
+    os_errno.ECONNREFUSED: WasiErrno.CONNREFUSED,
+    os_errno.ECONNRESET: WasiErrno.CONNRESET,
+    os_errno.EDESTADDRREQ: WasiErrno.DESTADDRREQ,
+    os_errno.EHOSTUNREACH: WasiErrno.HOSTUNREACH,
+    os_errno.EINPROGRESS: WasiErrno.INPROGRESS,
+    os_errno.EINTR: WasiErrno.INTR,
+    os_errno.EINVAL: WasiErrno.INVAL,
+    os_errno.EISCONN: WasiErrno.ISCONN,
+    os_errno.EMFILE: WasiErrno.MFILE,
+    os_errno.EMSGSIZE: WasiErrno.MSGSIZE,
+    os_errno.ENETDOWN: WasiErrno.NETDOWN,
+    os_errno.ENETRESET: WasiErrno.NETRESET,
+    os_errno.ENETUNREACH: WasiErrno.NETUNREACH,
+    os_errno.ENFILE: WasiErrno.NFILE,
+    os_errno.ENOBUFS: WasiErrno.NOBUFS,
+    os_errno.ENOMEM: WasiErrno.NOMEM,
+    os_errno.ENOPROTOOPT: WasiErrno.NOPROTOOPT,
+    os_errno.ENOTCONN: WasiErrno.NOTCONN,
+    os_errno.ENOTSOCK: WasiErrno.NOTSOCK,
+    os_errno.EOPNOTSUPP: WasiErrno.NOTSUP,
+    os_errno.EPIPE: WasiErrno.PIPE,
+    os_errno.ETIMEDOUT: WasiErrno.TIMEDOUT,
 }
 
 
-def errno_from_os(code: int | None) -> Errno:
+def errno_from_os(code: int | None) -> WasiErrno:
     """The WASI errno for a host ``errno`` (IO when WASI has no such number)."""
-    return _FROM_OS.get(code or 0, Errno.IO)
+    return _FROM_OS.get(code or 0, WasiErrno.IO)
 
 
 # WasmEdge's address families (sock_open's first argument, the V2 address storage's first u16)

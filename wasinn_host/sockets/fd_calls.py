@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import struct
 
+from .call import Call
 from .constants import (
     FDFLAGS_NONBLOCK,
     FILETYPE_SOCKET_DGRAM,
     FILETYPE_SOCKET_STREAM,
     SOCKET_RIGHTS,
-    Errno,
+    WasiErrno,
 )
-from .context import Call
 from .io_ops import receive, send
 from .table import SockError
 
@@ -60,6 +60,6 @@ def fd_fdstat_set_flags(call: Call, fd: int, flags: int) -> int:
     """``fd_fdstat_set_flags`` on a socket: only ``NONBLOCK`` may be set or cleared."""
     entry = call.state.entry(fd)
     if flags & ~FDFLAGS_NONBLOCK:
-        raise SockError(Errno.NOTSUP)
+        raise SockError(WasiErrno.NOTSUP)
     entry.nonblocking = bool(flags & FDFLAGS_NONBLOCK)
     return 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import struct
 
-from .constants import IOV_MAX, IOVEC_SIZE, Errno
+from .constants import IOV_MAX, IOVEC_SIZE, WasiErrno
 from .table import SockError
 
 _U16 = struct.Struct("<H")
@@ -39,7 +39,7 @@ class GuestView:
         short range that wrapped."""
         if ptr < 0 or length < 0 or ptr + length > self._size:
             raise SockError(
-                Errno.FAULT,
+                WasiErrno.FAULT,
                 f"{self._call}: {what} [{ptr}, {ptr + length}) is outside the guest memory of {self._size} bytes",
             )
         return self._base + ptr
@@ -77,7 +77,7 @@ class GuestView:
         """The buffers of an iovec array (``{u32 buf, u32 len}`` each), all checked."""
         count &= U32_MASK
         if count > IOV_MAX:
-            raise SockError(Errno.INVAL, f"{self._call}: {count} {what} buffers (at most {IOV_MAX})")
+            raise SockError(WasiErrno.INVAL, f"{self._call}: {count} {what} buffers (at most {IOV_MAX})")
         raw = self.read(ptr, IOVEC_SIZE * count, f"{what} iovec array")
         pairs = struct.unpack(f"<{2 * count}I", raw)
         return [self.view(pairs[2 * i], pairs[2 * i + 1], f"{what} buffer {i}") for i in range(count)]

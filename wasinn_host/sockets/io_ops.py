@@ -14,7 +14,7 @@ import time
 from functools import partial
 from typing import Callable, TypeVar
 
-from .constants import RIFLAGS_PEEK, RIFLAGS_WAITALL, Errno
+from .constants import RIFLAGS_PEEK, RIFLAGS_WAITALL, WasiErrno
 from .table import SockError, SocketEntry, SocketState
 
 T = TypeVar("T")
@@ -30,17 +30,17 @@ def blocking(state: SocketState, entry: SocketEntry, op: Callable[[], T], events
             return op()
         except BlockingIOError:
             if entry.nonblocking:
-                raise SockError(Errno.AGAIN) from None
+                raise SockError(WasiErrno.AGAIN) from None
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
-            raise SockError(Errno.AGAIN)
+            raise SockError(WasiErrno.AGAIN)
         state.wait([(entry.sock.fileno(), events)], remaining)
 
 
 def recv_flags(ri_flags: int) -> int:
     """Host ``recv`` flags for WASI's ``riflags`` (INVAL for unknown bits)."""
     if ri_flags & ~(RIFLAGS_PEEK | RIFLAGS_WAITALL):
-        raise SockError(Errno.INVAL)
+        raise SockError(WasiErrno.INVAL)
     return (socket.MSG_PEEK if ri_flags & RIFLAGS_PEEK else 0) | (
         socket.MSG_WAITALL if ri_flags & RIFLAGS_WAITALL else 0
     )

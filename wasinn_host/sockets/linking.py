@@ -25,11 +25,11 @@ from typing import Callable
 import wasmtime
 
 from ..core.limits import Limits
-from ..ephemeral.native_func import GuestTrap, caller_memory, define_i32_func
-from ..store_tables import StoreTable
+from ..guest.native_func import GuestTrap, caller_memory, define_i32_func
+from ..guest.store_tables import StoreTable
 from . import fd_calls, sock_calls, sock_options
+from .call import Call
 from .call_errors import errno_for
-from .context import Call
 from .guest_view import GuestView
 from .host_fds import prepare_process
 from .passthrough import WASI, trampoline_wat

@@ -17,7 +17,7 @@ import ctypes
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from ..ephemeral.native_func import GuestTrap
+from ..guest.native_func import GuestTrap
 
 WASI = "wasi_snapshot_preview1"
 I32_FUNCS: dict[str, int] = {

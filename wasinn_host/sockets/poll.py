@@ -18,6 +18,7 @@ import termios
 import time
 from dataclasses import dataclass
 
+from .call import Call
 from .constants import (
     CLOCK_MONOTONIC,
     CLOCK_REALTIME,
@@ -28,9 +29,8 @@ from .constants import (
     EVENTTYPE_FD_WRITE,
     SUBCLOCKFLAGS_ABSTIME,
     SUBSCRIPTION_SIZE,
-    Errno,
+    WasiErrno,
 )
-from .context import Call
 from .table import SockError
 
 OTHER_FD_PERIOD = 0.01
@@ -61,7 +61,7 @@ def poll_oneoff(call: Call, in_ptr: int, out_ptr: int, count: int, nevents_ptr: 
     """``poll_oneoff(*in, *out, n, *nevents)``."""
     view = call.view
     if count == 0:
-        raise SockError(Errno.INVAL)
+        raise SockError(WasiErrno.INVAL)
     # The arrays are checked at their full size, in Python's unbounded integers: 2**28 subscriptions
     # (12 GiB) is FAULT, as in WasmEdge (whose span check is 64-bit), never a length that wrapped to 0.
     raw = view.read(in_ptr, SUBSCRIPTION_SIZE * count, f"{count} subscriptions")
@@ -79,7 +79,7 @@ def poll_oneoff(call: Call, in_ptr: int, out_ptr: int, count: int, nevents_ptr: 
         # wasmtime is asked about its own descriptors on the guest's arrays, and traps on misaligned
         # ones (WASI's pointers are aligned to their types); WasmEdge would not mind, so no trap here
         raise SockError(
-            Errno.INVAL,
+            WasiErrno.INVAL,
             f"poll_oneoff: subscriptions at {in_ptr}, events at {out_ptr} and nevents at {nevents_ptr} must be "
             "aligned to 8, 8 and 4 bytes to wait on sockets and other descriptors together",
         )
@@ -106,7 +106,7 @@ def _parse(raw: bytes, offset: int) -> Subscription:
         return Subscription(userdata, tag, clock_id=clock_id, timeout=timeout, flags=flags)
     if tag in (EVENTTYPE_FD_READ, EVENTTYPE_FD_WRITE):
         return Subscription(userdata, tag, _FD.unpack_from(raw, offset + 16)[0])
-    return Subscription(userdata, tag, error=Errno.INVAL)
+    return Subscription(userdata, tag, error=WasiErrno.INVAL)
 
 
 def _set_deadlines(call: Call, subs: list[Subscription], out_ptr: int) -> list[bytes]:
@@ -116,7 +116,7 @@ def _set_deadlines(call: Call, subs: list[Subscription], out_ptr: int) -> list[b
     for sub in subs:
         if sub.tag == EVENTTYPE_CLOCK and not sub.error:
             if sub.clock_id not in (CLOCK_REALTIME, CLOCK_MONOTONIC) or sub.flags & ~SUBCLOCKFLAGS_ABSTIME:
-                sub.error = Errno.INVAL  # as WasmEdge: an unknown clock or flag is that subscription's error
+                sub.error = WasiErrno.INVAL  # as WasmEdge: an unknown clock or flag is that subscription's error
             else:
                 # Any u64 timeout is valid in WASI: 25 days or u64::MAX ns (585 years) is a clock that
                 # fires that late, not an error (WasmEdge arms a timer that far ahead).  The deadline is
@@ -138,7 +138,7 @@ def _guest_now(call: Call, clock_id: int, scratch_ptr: int) -> int:
         return time.time_ns()
     code = call.passthrough("clock_time_get", clock_id, 1, scratch_ptr)
     if code != 0:
-        raise SockError(Errno.INVAL)
+        raise SockError(WasiErrno.INVAL)
     return int(struct.unpack("<Q", call.view.read(scratch_ptr, 8, "events"))[0])
 
 
@@ -187,7 +187,7 @@ def _other_events(
     finally:
         call.view.write(in_ptr, raw, "subscriptions")
     if code != 0:
-        raise SockError(Errno(code) if code in Errno._value2member_map_ else Errno.IO)
+        raise SockError(WasiErrno(code) if code in WasiErrno._value2member_map_ else WasiErrno.IO)
     count_out = call.view.u32(nevents_ptr, "nevents")
     out = call.view.read(out_ptr, EVENT_SIZE * min(count_out, count), "events")
     events = [out[i : i + EVENT_SIZE] for i in range(0, len(out), EVENT_SIZE)]

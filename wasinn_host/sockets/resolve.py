@@ -20,8 +20,8 @@ import socket
 import struct
 from typing import Any
 
-from .constants import ADDRINFO_SIZE, AF_INET4, AF_INET6, AF_UNSPEC, SOCK_DGRAM, SOCK_STREAM, Errno
-from .context import Call
+from .call import Call
+from .constants import ADDRINFO_SIZE, AF_INET4, AF_INET6, AF_UNSPEC, SOCK_DGRAM, SOCK_STREAM, WasiErrno
 from .policy import CONNECT_OPTION
 from .table import SockError
 
@@ -38,12 +38,12 @@ _FAMILIES = {AF_UNSPEC: socket.AF_UNSPEC, AF_INET4: socket.AF_INET, AF_INET6: so
 _TYPES = {0: 0, SOCK_DGRAM: socket.SOCK_DGRAM, SOCK_STREAM: socket.SOCK_STREAM}
 _PROTOCOLS = {0: 0, 1: socket.IPPROTO_TCP, 2: socket.IPPROTO_UDP}
 _GAI_ERRORS = {
-    socket.EAI_AGAIN: Errno.AIAGAIN,
-    socket.EAI_BADFLAGS: Errno.AIBADFLAG,
-    socket.EAI_FAIL: Errno.AIFAIL,
-    socket.EAI_FAMILY: Errno.AIFAMILY,
-    socket.EAI_MEMORY: Errno.AIMEMORY,
-    socket.EAI_NONAME: Errno.AINONAME,
+    socket.EAI_AGAIN: WasiErrno.AIAGAIN,
+    socket.EAI_BADFLAGS: WasiErrno.AIBADFLAG,
+    socket.EAI_FAIL: WasiErrno.AIFAIL,
+    socket.EAI_FAMILY: WasiErrno.AIFAMILY,
+    socket.EAI_MEMORY: WasiErrno.AIMEMORY,
+    socket.EAI_NONAME: WasiErrno.AINONAME,
 }
 
 
@@ -66,15 +66,15 @@ def sock_getaddrinfo(
     first = view.u32(res_ptr, "result pointer")
     view.address(res_len_ptr, 4, "result count")
     if not raw_node and not service:
-        raise SockError(Errno.AINONAME)
+        raise SockError(WasiErrno.AINONAME)
     if max_res < 1:
-        raise SockError(Errno.AIMEMORY)
+        raise SockError(WasiErrno.AIMEMORY)
     if flags & ~sum(_AI_FLAGS) or (flags & 2 and not raw_node):
-        raise SockError(Errno.AIBADFLAG)
+        raise SockError(WasiErrno.AIBADFLAG)
     if family not in _FAMILIES:
-        raise SockError(Errno.AIFAMILY)
+        raise SockError(WasiErrno.AIFAMILY)
     if protocol not in _PROTOCOLS or kind not in _TYPES:
-        raise SockError(Errno.NOSYS)
+        raise SockError(WasiErrno.NOSYS)
     node = _node_name(raw_node)
     host_flags: int = sum(int(host) for bit, host in _AI_FLAGS.items() if flags & bit)
     if node and node != b"localhost" and not call.policy.resolve_names:
@@ -86,11 +86,11 @@ def sock_getaddrinfo(
     except socket.gaierror as exc:
         if host_flags & socket.AI_NUMERICHOST and not flags & 4 and exc.errno == socket.EAI_NONAME:
             raise SockError(
-                Errno.AINONAME,
+                WasiErrno.AINONAME,
                 f"sock_getaddrinfo: not resolving {node.decode()!r}: guests may resolve host names only with "
                 f"{CONNECT_OPTION}",
             ) from None
-        raise SockError(_GAI_ERRORS.get(exc.errno or 0, Errno.AIFAIL)) from None
+        raise SockError(_GAI_ERRORS.get(exc.errno or 0, WasiErrno.AIFAIL)) from None
     count = 0
     record = first
     for host_family, host_type, host_proto, canonname, address in results[:max_res]:
@@ -130,7 +130,7 @@ def _node_name(raw: bytes) -> bytes:
             raise ValueError(f"it is {len(name.rstrip(b'.'))} characters long")
     except (UnicodeError, ValueError) as exc:
         raise SockError(
-            Errno.AINONAME,
+            WasiErrno.AINONAME,
             f"sock_getaddrinfo: node {shown!r} is not a host name ({_why(raw, exc)}); accepted: {NAMES_ACCEPTED}",
         ) from None
     return name

@@ -1,6 +1,6 @@
 """WasmEdge's ``sock_*`` functions: open, bind, listen, accept, connect, recv, send, shutdown, addresses.
 
-Each takes a :class:`~wasinn_host.sockets.context.Call` and the guest's i32 arguments and
+Each takes a :class:`~wasinn_host.sockets.call.Call` and the guest's i32 arguments and
 returns 0, or raises :class:`~wasinn_host.sockets.table.SockError` (or ``OSError``, which the
 linking layer turns into the WASI errno).  Out-pointers are checked before anything is done,
 so a bad pointer never leaves a socket half made.  V1 and V2 differ only where their
@@ -25,6 +25,7 @@ from .addresses import (
     write_address_v2,
     write_storage,
 )
+from .call import Call
 from .constants import (
     AF_INET4,
     AF_INET6,
@@ -36,10 +37,9 @@ from .constants import (
     SOCK_ANY,
     SOCK_DGRAM,
     SOCK_STREAM,
-    Errno,
+    WasiErrno,
     errno_from_os,
 )
-from .context import Call
 from .io_ops import blocking, receive, receive_from, recv_flags, send
 from .policy import IPAddress
 from .table import SockError, SocketEntry
@@ -55,11 +55,11 @@ def sock_open(call: Call, family: int, kind: int, fd_ptr: int) -> int:
     elif family == AF_INET6:
         host = socket.AF_INET6
     elif family == AF_UNIX:
-        raise SockError(Errno.NOSYS)
+        raise SockError(WasiErrno.NOSYS)
     else:
-        raise SockError(Errno.INVAL)
+        raise SockError(WasiErrno.INVAL)
     if kind not in (SOCK_ANY, SOCK_STREAM, SOCK_DGRAM):
-        raise SockError(Errno.INVAL)
+        raise SockError(WasiErrno.INVAL)
     kind = SOCK_DGRAM if kind == SOCK_DGRAM else SOCK_STREAM
     host_type = socket.SOCK_DGRAM if kind == SOCK_DGRAM else socket.SOCK_STREAM
     sock = budget.new_socket(call.state, call.policy, lambda: socket.socket(host, host_type), "sock_open")
@@ -71,7 +71,7 @@ def sock_open(call: Call, family: int, kind: int, fd_ptr: int) -> int:
 
 def _port(port: int) -> int:
     if port > 0xFFFF:
-        raise SockError(Errno.INVAL)
+        raise SockError(WasiErrno.INVAL)
     return port
 
 
@@ -107,7 +107,7 @@ def sock_listen(call: Call, fd: int, backlog: int) -> int:
     """``sock_listen(fd, backlog)``."""
     entry = call.state.entry(fd)
     if entry.kind != SOCK_STREAM:
-        raise SockError(Errno.NOTSUP)
+        raise SockError(WasiErrno.NOTSUP)
     entry.sock.listen(min(backlog, MAX_BACKLOG) if backlog < 0x8000_0000 else 0)
     return 0
 
@@ -122,7 +122,7 @@ def sock_accept_v2(call: Call, fd: int, flags: int, fd_ptr: int) -> int:
     new socket (HTTP servers write headers and body separately)."""
     call.view.address(fd_ptr, 4, "fd")
     if flags & ~FDFLAGS_NONBLOCK:
-        raise SockError(Errno.INVAL)
+        raise SockError(WasiErrno.INVAL)
     entry = call.state.entry(fd)
     listening = entry.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
     if listening and budget.is_full(call.state, call.policy):  # refused only when a connection waits (it stays queued)
@@ -162,9 +162,9 @@ def sock_connect(call: Call, fd: int, addr_ptr: int, port: int) -> int:
     if code != os_errno.EINPROGRESS:
         raise SockError(errno_from_os(code))
     if entry.nonblocking:
-        raise SockError(Errno.INPROGRESS)
+        raise SockError(WasiErrno.INPROGRESS)
     if not call.state.wait([(entry.sock.fileno(), select.POLLOUT)], entry.send_timeout):
-        raise SockError(Errno.INPROGRESS)  # SO_SNDTIMEO passed: still connecting, as Linux says
+        raise SockError(WasiErrno.INPROGRESS)  # SO_SNDTIMEO passed: still connecting, as Linux says
     code = entry.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
     if code:
         raise SockError(errno_from_os(code))
@@ -266,7 +266,7 @@ def sock_shutdown(call: Call, fd: int, how: int) -> int:
     entry = call.state.entry(fd)
     modes = {SDFLAGS_RD: socket.SHUT_RD, SDFLAGS_WR: socket.SHUT_WR, SDFLAGS_RD | SDFLAGS_WR: socket.SHUT_RDWR}
     if how not in modes:
-        raise SockError(Errno.INVAL)
+        raise SockError(WasiErrno.INVAL)
     entry.sock.shutdown(modes[how])
     return 0
 

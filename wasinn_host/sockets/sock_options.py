@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 import struct
 
+from .call import Call
 from .constants import (
     SO_ACCEPTCONN,
     SO_BINDTODEVICE,
@@ -29,10 +30,9 @@ from .constants import (
     SO_SNDTIMEO,
     SO_TYPE,
     SOL_SOCKET,
-    Errno,
+    WasiErrno,
     errno_from_os,
 )
-from .context import Call
 from .table import SockError, SocketEntry
 
 INT_OPTIONS = {
@@ -58,7 +58,7 @@ def sock_setsockopt(call: Call, fd: int, level: int, name: int, flag_ptr: int, s
     value = call.view.read(flag_ptr, min(size, _TIMEVAL.size), "option value")  # no option is longer
     entry = call.state.entry(fd)
     if level != SOL_SOCKET:
-        raise SockError(Errno.INVAL)
+        raise SockError(WasiErrno.INVAL)
     if name in INT_OPTIONS:
         _need(size, 4)
         _set(entry, INT_OPTIONS[name], _I32.unpack_from(value)[0])
@@ -69,7 +69,7 @@ def sock_setsockopt(call: Call, fd: int, level: int, name: int, flag_ptr: int, s
         _need(size, _TIMEVAL.size)
         seconds, micros = _TIMEVAL.unpack_from(value)
         if seconds < 0 or not 0 <= micros < 1_000_000:
-            raise SockError(Errno.INVAL)
+            raise SockError(WasiErrno.INVAL)
         # Any length is valid (30 days is a 30-day timeout: the wait is cut into pieces the host's poll
         # can take, see SocketState.wait).  Past NO_TIMEOUT_SECONDS it means none, as Linux (which
         # WasmEdge hands the option to) treats a timeout past its scheduler's limit, and reads back 0.
@@ -79,11 +79,11 @@ def sock_setsockopt(call: Call, fd: int, level: int, name: int, flag_ptr: int, s
         else:
             entry.send_timeout = timeout
     elif name in (SO_TYPE, SO_ERROR, SO_ACCEPTCONN):
-        raise SockError(Errno.NOPROTOOPT)
+        raise SockError(WasiErrno.NOPROTOOPT)
     elif name == SO_BINDTODEVICE:
-        raise SockError(Errno.NOTSUP, f"sock_setsockopt: SO_BINDTODEVICE on socket {fd} is not allowed")
+        raise SockError(WasiErrno.NOTSUP, f"sock_setsockopt: SO_BINDTODEVICE on socket {fd} is not allowed")
     else:
-        raise SockError(Errno.INVAL)
+        raise SockError(WasiErrno.INVAL)
     return 0
 
 
@@ -94,7 +94,7 @@ def sock_getsockopt(call: Call, fd: int, level: int, name: int, flag_ptr: int, s
     view.address(flag_ptr, room, "option value")
     entry = call.state.entry(fd)
     if level != SOL_SOCKET:
-        raise SockError(Errno.INVAL)
+        raise SockError(WasiErrno.INVAL)
     if name in INT_OPTIONS:
         data = _I32.pack(entry.sock.getsockopt(socket.SOL_SOCKET, INT_OPTIONS[name]))
     elif name == SO_TYPE:
@@ -111,7 +111,7 @@ def sock_getsockopt(call: Call, fd: int, level: int, name: int, flag_ptr: int, s
         whole = int(timeout or 0)
         data = _TIMEVAL.pack(whole, round(((timeout or 0) - whole) * 1e6))
     else:
-        raise SockError(Errno.INVAL)
+        raise SockError(WasiErrno.INVAL)
     _need(room, len(data))
     view.write(flag_ptr, data, "option value")
     view.put_u32(size_ptr, len(data), "option size")
@@ -120,7 +120,7 @@ def sock_getsockopt(call: Call, fd: int, level: int, name: int, flag_ptr: int, s
 
 def _need(size: int, wanted: int) -> None:
     if size < wanted:
-        raise SockError(Errno.INVAL)
+        raise SockError(WasiErrno.INVAL)
 
 
 def _set(entry: SocketEntry, name: int, value: int | bytes) -> None:

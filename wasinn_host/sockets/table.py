@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..ephemeral.native_func import GuestTrap, MemoryRef
-from .constants import SOCK_DGRAM, SOCK_STREAM, Errno
+from ..guest.native_func import GuestTrap, MemoryRef
+from .constants import SOCK_DGRAM, SOCK_STREAM, WasiErrno
 
 SOCKET_FD_BASE = 1 << 16
 """The first socket descriptor number (wasmtime's own descriptors stay far below it)."""
@@ -47,7 +47,7 @@ def _count(change: int) -> None:
 class SockError(Exception):
     """A call's WASI errno, with an optional log line (``None``: the guest is told, nothing is logged)."""
 
-    def __init__(self, errno: Errno, message: str | None = None) -> None:
+    def __init__(self, errno: WasiErrno, message: str | None = None) -> None:
         super().__init__(message or errno.name)
         self.errno = errno
         self.message = message
@@ -107,7 +107,7 @@ class SocketState:
         """The socket at ``fd`` (BADF if there is none)."""
         entry = self.entries.get(fd)
         if entry is None:
-            raise SockError(Errno.BADF)
+            raise SockError(WasiErrno.BADF)
         return entry
 
     def remove(self, fd: int) -> None:
@@ -115,7 +115,7 @@ class SocketState:
         with self._lock:
             entry = self.entries.pop(fd, None)
         if entry is None:
-            raise SockError(Errno.BADF)
+            raise SockError(WasiErrno.BADF)
         _count(-1)
         entry.sock.close()
 
@@ -156,7 +156,7 @@ class SocketState:
         if self._cancelled_at is None:
             return
         if time.monotonic() - self._cancelled_at < CANCEL_GRACE:
-            raise SockError(Errno.INTR)
+            raise SockError(WasiErrno.INTR)
         raise GuestTrap("interrupted: the host stopped the guest while it used a socket")
 
     MAX_POLL_MS = 2**31 - 1

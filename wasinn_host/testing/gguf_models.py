@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import gguf
 import numpy as np
 
-from .successor import (
+from ..backend.successor import (
     BOS_ID,
     BYTE_TOKEN_OFFSET,
     CHAR_TOKEN_OFFSET,

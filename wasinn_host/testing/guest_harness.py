@@ -1,7 +1,7 @@
 """Guests run in-process for tests: what the ``wasinn_run`` pytest fixture does, usable without pytest.
 
 :class:`GuestHarness` runs a core module or a component as ``wasinn run`` does (the same WASI setup,
-deadline and trap handling, through :func:`wasinn_host.runner.run_instances`), in this process:
+deadline and trap handling, through :func:`wasinn_host.launch.runner.run_instances`), in this process:
 
 1. the model name is turned into a file by :class:`~wasinn_host.testing.model_catalog.ModelFiles`;
 2. one host (:class:`WasiNN`) per (preload name, file, limits) is made on first use and kept, all on
@@ -30,17 +30,16 @@ from typing import Mapping, Protocol, Sequence, Union
 
 import wasmtime
 
-from ..cli_options import EXIT_USAGE, warn_missing_models
 from ..core.limits import Limits
 from ..core.preload import Preload
 from ..core.registry import ModelRegistry
-from ..host import Guest, GuestError, RunOptions, WasiNN
-from ..runner import InstanceResult, run_instances
-from ..store_tables import store_key
+from ..guest.store_tables import store_key
+from ..host import WasiNN
+from ..launch.guest_load import Guest, GuestError
+from ..launch.guest_options import parse_dir, warn_missing_models
+from ..launch.guest_run import RunOptions
+from ..launch.runner import EXIT_USAGE, exit_status, run_instances
 from .model_catalog import ModelFiles, ModelSpec
-
-EXIT_TRAP = 134
-"""A guest that trapped or ran past its timeout (as ``wasinn run``: 128 + SIGABRT)."""
 
 GuestSource = Union[str, "os.PathLike[str]", bytes]
 """A ``.wasm`` file (core module or component), or its bytes."""
@@ -107,13 +106,6 @@ def make_limits(values: Mapping[str, int | bool]) -> Limits:
     return Limits(**values)  # type: ignore[arg-type]  # each field's own type, checked by the dataclass's users
 
 
-def exit_status(result: InstanceResult) -> tuple[int, str | None]:
-    """The exit code of a finished instance and, for a trap or a host error, ``wasinn run``'s message."""
-    if result.error is None:
-        return result.code or 0, None
-    return (EXIT_TRAP if "trapped" in result.error else EXIT_USAGE), result.error
-
-
 class GuestHarness:
     """Runs guests in this process against named models; :meth:`close` frees the models."""
 
@@ -143,8 +135,6 @@ class GuestHarness:
         limits: Mapping[str, int | bool] | None = None,
     ) -> GuestResult:
         """Run ``module`` with ``args`` while ``name`` serves ``model``; see the module docstring."""
-        from ..cli import parse_dir
-
         host_dirs = [parse_dir(d) if isinstance(d, str) else (str(d[0]), str(d[1])) for d in dirs]
         path = self.models.path(model).resolve()
         with self._lock:

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core.llama_bindings import llama_cpp
-from ..core.llama_log import init_backend
+from ..llama.bindings import llama_cpp
+from ..llama.log import init_backend
 from .numerics import Step, step_of
 
 CTX = 256

@@ -3,7 +3,8 @@
 ``imports.py`` (the four interfaces), ``error_code.py`` (the one ErrorKind -> WIT error-code
 mapping), ``llm_mapping.py`` (which named tensors carry the prompt, config and answer),
 ``tensors.py`` (the tensor resource), ``store_state.py`` (per-Store resource tables),
-``fast_calls.py`` (host functions whose byte lists cross in one copy), ``wasi-nn.wit`` (the WIT).
+``hayride_streams.py`` and ``ready_pollable.py`` (Hayride's streaming interfaces), ``wasi-nn.wit``
+(the WIT).  Its host functions pass byte lists in one copy through :mod:`wasinn_host.guest.fast_calls`.
 """
 
 from .error_code import ErrorCode, error_code_for

@@ -27,12 +27,11 @@ from ..core.config import EMPTY_CONFIG, parse_config
 from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.limits import Limits
 from ..core.preload import Target
-from ..ephemeral.guest_files import with_guest_projector
-from ..ephemeral.metadata import metadata_json
-from ..ephemeral.store_state import ContextCounter
-from ..guest_stdout import PieceSink, inherited_stdout
-from ..store_tables import StoreTable, store_key
-from . import fast_calls
+from ..guest import fast_calls
+from ..guest.files import with_guest_projector
+from ..guest.metadata import metadata_json
+from ..guest.stdout import PieceSink, inherited_stdout
+from ..guest.store_tables import ContextCounter, StoreTable, store_key
 from .error_code import ErrorCode, error_code_for
 from .hayride_streams import HayrideStreams
 from .llm_mapping import answer_tensors, read_request
@@ -89,7 +88,7 @@ class WitNNImports:
         self.backend = backend
         self.fast_lists = fast_lists
         """False: define the functions with wasmtime-py's ``add_func`` (byte lists element by element;
-        for measuring what :mod:`~wasinn_host.wit.fast_calls` saves)."""
+        for measuring what :mod:`~wasinn_host.guest.fast_calls` saves)."""
         self.limits = limits or Limits()
         self.allowed = frozenset(allowed) if allowed is not None else None
         self.contexts_alive = counter or ContextCounter()
@@ -239,7 +238,7 @@ class WitNNImports:
         return self.state(store).tensor(_rep(store, handle)).ty
 
     def tensor_data(self, store: Storelike, handle: cm.ResourceAny) -> bytes:
-        """``[method]tensor.data()``: the bytes, in one copy (see :mod:`wasinn_host.wit.fast_calls`)."""
+        """``[method]tensor.data()``: the bytes, in one copy (see :mod:`wasinn_host.guest.fast_calls`)."""
         return self.state(store).tensor(_rep(store, handle)).data
 
     # -- errors --------------------------------------------------------------------

@@ -15,9 +15,9 @@ from typing import Any, Iterable, Sequence, TypeVar
 from ..backend.protocol import BackendContext, BackendGraph
 from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.limits import Limits
-from ..ephemeral.guest_files import give_image_reader
-from ..ephemeral.store_state import ContextCounter
-from ..guest_stdout import PieceSink, guarded, inherited_stdout
+from ..guest.files import give_image_reader
+from ..guest.stdout import PieceSink, guarded, inherited_stdout
+from ..guest.store_tables import ContextCounter
 from .error_code import ErrorCode
 from .tensors import HostTensor
 

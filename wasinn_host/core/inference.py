@@ -1,0 +1,418 @@
+"""Graphs and inference contexts: the neutral objects every front end drives.
+
+A :class:`Graph` is a handle on a :class:`~wasinn_host.core.registry.LoadedModel` plus the
+default per-context parameters it was loaded with.  An :class:`InferenceContext` holds one
+conversation: prompt bytes in (rendered with a chat template when asked, then tokenized),
+a generation or one streaming step at a time through the model's worker, and out the text,
+tokens, embedding, usage figures and stop reason.  Failures raise
+:class:`~wasinn_host.core.errors.WasiNNError` with a neutral kind; how a front end shows
+them (an errno, a WIT error, a gRPC status) is its own business.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..observability.log_setup import apply_logging_keys
+from .config import MODEL_KEY_NAMES, ParsedConfig, as_json
+from .embedding import normalize
+from .errors import ErrorKind, WasiNNError, invalid
+from .generation import GenerationRequest, GenerationResult, StopReason
+from .images import place_image, split_inline_images
+from .limits import Limits
+from .ngram_drafts import draft_settings
+from .params import ContextParams, ModelParams
+from .registry import LoadedModel, ModelRegistry
+from .scheduler import ContextState
+from .utf8_pieces import PieceJoiner
+
+log = logging.getLogger("wasinn_host")
+
+INT32_MAX = 2**31 - 1
+PROMPT_MARGIN = 4
+"""Tokens a prompt must leave free in its sequence (WasmEdge's rule: ctx-size - 4)."""
+SHARED_PARAMS = 64
+"""Distinct per-context parameter sets a graph shares among its contexts (then it starts again)."""
+
+
+@dataclass(eq=False)
+class Graph:
+    """A loaded model as one caller holds it, with its per-context defaults."""
+
+    model: LoadedModel
+    defaults: ContextParams
+    name: str | None
+    unloaded: bool = False
+    _shared: dict[ContextParams, ContextParams] = field(default_factory=dict, repr=False)
+
+    @property
+    def stale(self) -> bool:
+        """Replaced by a hot swap: a new load by name gets the new model."""
+        return self.model.stale
+
+    def shared(self, params: ContextParams) -> ContextParams:
+        """``params``, or the equal parameters another context of this graph holds: contexts configured
+        alike (LlamaEdge sends every context the same metadata) keep one copy between them."""
+        if params == self.defaults:
+            return self.defaults
+        found = self._shared.get(params)
+        if found is None:
+            if len(self._shared) >= SHARED_PARAMS:
+                self._shared.clear()
+            self._shared[params] = found = params
+        return found
+
+
+def open_graph(
+    registry: ModelRegistry, acquire: Callable[[ModelParams], LoadedModel], config: ParsedConfig, name: str | None
+) -> Graph:
+    """Load (or share) the model for ``config``'s load-time keys and wrap it in a Graph.
+
+    ``acquire`` is ``registry.acquire_named`` or ``acquire_bytes`` with its other arguments
+    bound; the model reference is dropped again if the config's per-context part is refused.
+    """
+    apply_logging_keys(config)  # before loading, so llama.cpp's load log is shown too
+    model = acquire(config.apply_model(ModelParams()))
+    try:
+        defaults = config.apply_context(ContextParams())
+        model.weights.check_sampling(defaults.sampling)
+        return Graph(model, defaults, name)
+    except BaseException:
+        registry.release(model)
+        raise
+
+
+class InferenceContext:
+    """One conversation on a graph's model: prompt in; text, tokens, embedding and usage out.
+
+    Guests built for WasmEdge keep thousands of these idle, so an idle one is small: its tokens 4 bytes
+    each, its output once (not again in ``last_result``), its parameters shared with the graph's other
+    contexts configured alike, and, once its model's worker evicts it, no sampler and no sequence.
+    """
+
+    def __init__(self, graph: Graph, registry: ModelRegistry, limits: Limits | None = None) -> None:
+        self.graph = graph
+        self.model = graph.model
+        self._registry = registry
+        self.limits = limits or Limits()
+        registry.retain(self.model)
+        self.busy = False
+        self.last_used = time.monotonic()
+        self.params = graph.defaults
+        self.state = ContextState()
+        self.prompt_tokens: array[int] | None = None
+        """The prompt's tokens (4 bytes each: thousands of idle contexts hold their conversations compactly)."""
+        self.image_prompt: Any = None
+        """The ``vision.ImagePrompt`` of a prompt with images (keeps their libmtmd chunks alive)."""
+        self.read_image: Callable[[str], bytes] | None = None
+        """Reads the ``image`` key's file; set by the front end (guests: through their preopened dirs)."""
+        self.output = bytearray()
+        self.output_tokens: array[int] = array("i")
+        self.last_piece = b""
+        """The last token's piece; in a stream, the bytes that step completes (whole UTF-8 characters)."""
+        self._joiner: PieceJoiner | None = None
+        """Holds back an unfinished UTF-8 character between streaming steps (made by a stream's first step)."""
+        self._embedding: array[float] | None = None
+        self.streaming = False
+        self.closed = False
+        self.last_result: GenerationResult | None = None
+        """The last computation's usage (its text, tokens and embedding moved to the context's own fields)."""
+        self.last_generated = 0
+        """Tokens the last computation generated (a streaming step: one)."""
+        self.revision = 0
+        """Bumped on every change a caller can observe in :meth:`metadata` or the output."""
+
+    # -- input ---------------------------------------------------------------------
+
+    def configure(self, config: ParsedConfig) -> None:
+        """Per-context keys change this context; load-time keys are never applied here."""
+        params = config.apply_context(self.params)
+        if params.stopping.n_predict > self.limits.max_n_predict:
+            raise self.limits.refuse(
+                ErrorKind.INVALID_ARGUMENT,
+                f"n-predict {params.stopping.n_predict}",
+                "max_n_predict",
+                self.limits.max_n_predict,
+            )
+        if params.sampling != self.params.sampling:
+            self.model.weights.check_sampling(params.sampling)
+        self.params = self.graph.shared(params)
+        self.streaming = False
+        apply_logging_keys(config)
+        self._warn_load_time_keys(config)
+
+    def _warn_load_time_keys(self, config: ParsedConfig) -> None:
+        changed = [
+            f"{MODEL_KEY_NAMES[k]}={as_json(v)} (loaded with {_loaded_value(self.model, k)})"
+            for k, v in config.model.items()
+            if _effective(self.model, k) != v and not _same_projector(k, v, self.model)
+        ]
+        if changed:
+            log.warning(
+                "model %s: load-time keys in per-context metadata are ignored, the model is not reloaded: %s; "
+                "pass them when loading the graph instead",
+                self.model.label,
+                ", ".join(changed),
+            )
+
+    def set_prompt(self, data: bytes) -> None:
+        """The prompt text (or, with ``chat-template``, JSON messages); ends a stream in progress.
+
+        On a model with a projector, inline ``<img src="data:...">`` images and the ``image`` key's
+        file (read by the front end's ``read_image``) become image tokens (see ``vision.py``).
+        """
+        self.streaming = False
+        if self.params.options.chat_template is not False:
+            from .chat_prompt import render_chat_prompt  # Jinja, for the contexts that ask for templating
+
+            data = render_chat_prompt(self.model.weights, self.params.options.chat_template, data)
+        vision = getattr(self.model.weights, "vision", None)
+        image_key = self.params.options.image
+        if vision is None:
+            if image_key:
+                raise invalid(
+                    f"config key 'image' {image_key!r}: model {self.model.label} has no multimodal projector "
+                    f"(the host configures one with the model's name)"
+                )
+            self.image_prompt = None
+            self.prompt_tokens = array("i", self.model.weights.tokenize(data, add_special=True, parse_special=True))
+        else:
+            text, images = split_inline_images(data, vision.marker)
+            if image_key:
+                if self.read_image is None:
+                    raise invalid(f"config key 'image' {image_key!r}: this front end cannot read files")
+                text, images = place_image(text, images, self.read_image(image_key), vision.marker)
+            prompt = vision.tokenize(text, images)
+            if prompt.tokens and prompt.tokens[-1] < 0:
+                raise invalid("prompt: an image must be followed by text (the model answers after the prompt's text)")
+            self.image_prompt = prompt if prompt.spans else None
+            self.prompt_tokens = array("i", prompt.tokens)
+        self.revision += 1
+
+    def _checked_prompt(self) -> array[int]:
+        if self.graph.unloaded:
+            raise invalid("compute on a context whose graph was unloaded")
+        if self.prompt_tokens is None:
+            raise invalid("compute before set_input: no prompt has been set")
+        limit = self.model.n_ctx_seq - PROMPT_MARGIN
+        if len(self.prompt_tokens) > limit:
+            raise WasiNNError(
+                ErrorKind.PROMPT_TOO_LONG,
+                f"prompt of {len(self.prompt_tokens)} tokens exceeds ctx-size {self.model.n_ctx_seq} - "
+                f"{PROMPT_MARGIN} = {limit}",
+            )
+        return self.prompt_tokens
+
+    # -- generation ----------------------------------------------------------------
+
+    def generate(
+        self, on_piece: Callable[[bytes], None] | None = None, stdout: Callable[[bytes], None] | None = None
+    ) -> GenerationResult:
+        """The whole answer (or the embedding, for an embedding model).
+
+        A failure raises, with the output produced so far kept; a stop (end of generation,
+        ``n-predict``, a stop string, a full context ...) is the result's ``stop_reason``.
+        ``on_piece`` receives each token's bytes as it is generated; without it, ``stream-stdout``
+        sends them to ``stdout``, the caller's (the front end's sink for its guest's stdout).
+        """
+        tokens = self._checked_prompt()
+        self.streaming = False
+        self._clear_output()
+        if self.model.params.embedding:
+            return self._generate_embedding(tokens)
+        stop = self.params.stopping
+        limit = stop.n_predict if stop.n_predict >= 0 else INT32_MAX
+        return self._run(
+            self._request(
+                tokens,
+                limit=min(limit, self.limits.max_n_predict),
+                on_piece=on_piece or (stdout if stop.stream_stdout else None),
+            )
+        )
+
+    def _generate_embedding(self, tokens: Sequence[int]) -> GenerationResult:
+        n_batch = self.model.worker.context.n_batch
+        if len(tokens) > n_batch:
+            raise WasiNNError(
+                ErrorKind.PROMPT_TOO_LONG, f"embedding input of {len(tokens)} tokens exceeds batch-size {n_batch}"
+            )
+        return self._run(self._request(tokens, limit=0, embed=True))
+
+    def stream_step(self) -> GenerationResult:
+        """Generate one token (the first step starts a stream and clears the output).
+
+        ``last_piece`` is then what the step adds to the stream in whole UTF-8 characters: a token that
+        ends inside a character gives the bytes before it, the token completing it the whole character.
+        The stream ends by itself when the step's stop reason is not ``TOKEN`` (end of
+        generation or a full context).
+        """
+        prompt = self._checked_prompt()
+        first = not self.streaming
+        if first:
+            self._clear_output()
+            self.streaming = True
+        request = self._request(prompt + self.output_tokens, limit=1, streaming=True, reset_sampler=first)
+        try:
+            result = self._run(request)
+        except WasiNNError:
+            self.streaming = False
+            raise
+        ended = result.stop_reason is not StopReason.TOKEN
+        if self._joiner is None:
+            self._joiner = PieceJoiner()
+        self.last_piece = self._joiner.push(self.last_piece if self.last_generated else b"", last=ended)
+        if ended:
+            self.streaming = False
+            self._joiner = None  # the last piece released whatever it held
+        return result
+
+    def end_stream(self) -> None:
+        """End a stream: clear the output; the next step starts from the prompt."""
+        self.streaming = False
+        self._clear_output()
+
+    def _request(self, tokens: Sequence[int], limit: int, **kwargs: Any) -> GenerationRequest:
+        options = self.params.options
+        queue_timeout = options.queue_timeout_ms if options.queue_timeout_ms >= 0 else self.limits.queue_timeout_ms
+        return GenerationRequest(
+            tuple(tokens),
+            limit=limit,
+            sampling=self.params.sampling,
+            stopping=self.params.stopping,
+            cache_prompt=options.cache_prompt,
+            cache_name=options.path_prompt_cache,
+            priority=options.priority,
+            queue_timeout_ms=queue_timeout,
+            max_queue=self.limits.max_queue,
+            ctx_shift=options.ctx_shift,
+            n_keep=options.n_keep,
+            max_output_bytes=self.limits.max_output_bytes,
+            drafts=draft_settings(options),
+            images=tuple(self.image_prompt.spans.values()) if self.image_prompt is not None else (),
+            **kwargs,
+        )
+
+    def _run(self, request: GenerationRequest) -> GenerationResult:
+        self.busy = True
+        try:
+            result = self.model.worker.submit(request, self.state)
+        finally:
+            self.busy = False
+            self.last_used = time.monotonic()
+        self.output += result.text
+        self.output_tokens.extend(result.generated)
+        if result.generated:
+            self.last_piece = self.model.weights.piece(result.generated[-1])
+        if request.embed and result.error is None:
+            self.embedding = normalize(result.embedding, self.params.options.embd_normalize)
+        self.last_generated = len(result.generated)
+        for copied in (result.text, result.generated, result.embedding):  # the context's own now: kept once
+            copied.clear()
+        self.last_result = result
+        self.revision += 1
+        if result.error is not None:
+            raise result.error
+        return result
+
+    @property
+    def embedding(self) -> list[float] | None:
+        """The last computation's embedding (kept as 8-byte floats, returned as a new list)."""
+        return None if self._embedding is None else self._embedding.tolist()
+
+    @embedding.setter
+    def embedding(self, value: Sequence[float] | None) -> None:
+        self._embedding = None if value is None else array("d", value)
+
+    def _clear_output(self) -> None:
+        self.output = bytearray()
+        self.output_tokens = array("i")
+        self.last_piece = b""
+        self._joiner = None
+        self.embedding = None
+        self.revision += 1
+
+    # -- usage ---------------------------------------------------------------------
+
+    def metadata(self) -> dict[str, Any]:
+        """Usage of the last computation, in a fixed key order.
+
+        ``input_tokens``, ``output_tokens``, ``llama_build_number``, ``llama_commit`` always;
+        after a computation also ``stop_reason``, ``prompt_ms``, ``generation_ms``,
+        ``tokens_per_second``, ``reused_tokens``, with speculation on (``spec-type``) ``draft_tokens`` and
+        ``accepted_draft_tokens`` (0 when nothing was drafted) and, with ``n-probs``, ``probs``.
+        """
+        runtime = self._registry.runtime
+        meta: dict[str, Any] = {
+            "input_tokens": len(self.prompt_tokens) if self.prompt_tokens is not None else 0,
+            "output_tokens": len(self.output_tokens),
+            "llama_build_number": runtime.build_number,
+            "llama_commit": runtime.commit,
+        }
+        result = self.last_result
+        if result is None:
+            return meta
+        meta.update(
+            stop_reason=result.stop_reason.value,
+            prompt_ms=round(result.prompt_ms, 3),
+            generation_ms=round(result.generation_ms, 3),
+            tokens_per_second=round(self.last_generated / (result.generation_ms / 1000.0), 3)
+            if result.generation_ms > 0
+            else 0.0,
+            reused_tokens=result.reused_tokens,
+        )
+        if result.drafted_tokens or draft_settings(self.params.options) is not None:  # 0 too: speculation is on
+            meta.update(draft_tokens=result.drafted_tokens, accepted_draft_tokens=result.accepted_tokens)
+        if result.probs:
+            piece = self.model.weights.piece
+            meta["probs"] = [
+                {
+                    "id": token,
+                    "piece": piece(token).decode("utf-8", "replace"),
+                    "top": [{"id": t, "piece": piece(t).decode("utf-8", "replace"), "p": round(p, 6)} for t, p in top],
+                }
+                for token, top in result.probs
+            ]
+        return meta
+
+    # -- lifetime ------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        """Abort a computation in flight (it fails with a runtime error)."""
+        self.state.cancelled = True
+
+    def close(self) -> None:
+        """Free the sequence and drop the model reference (idempotent)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.model.worker.release(self.state)
+        self._registry.release(self.model)
+
+
+def _effective(model: LoadedModel, field: str) -> Any:
+    """A load-time parameter of ``model``; for an unset ``n-gpu-layers``, the layers the target chose."""
+    value = getattr(model.params, field)
+    if field == "n_gpu_layers" and value is None:
+        return getattr(model.weights, "n_gpu_layers", 0)
+    return value
+
+
+def _same_projector(field: str, value: Any, model: LoadedModel) -> bool:
+    """A guest's ``mmproj`` naming the loaded projector by its file name (WasmEdge's examples repeat the
+    load config in the context's metadata): not a change."""
+    return field == "mmproj" and bool(value) and Path(str(value)).name == Path(model.params.mmproj).name
+
+
+def _loaded_value(model: LoadedModel, field: str) -> str:
+    """The value a load-time key has in ``model``; a 0 that means "the default" says which."""
+    value = _effective(model, field)
+    if field == "ctx_size" and value == 0:
+        return f"the default ({model.n_ctx_seq})"
+    if field in ("threads", "threads_batch") and value <= 0:
+        return f"the default ({model.worker.context.threads})"
+    return as_json(value)

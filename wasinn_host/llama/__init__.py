@@ -1,0 +1,9 @@
+"""The llama.cpp backend, behind the core's protocols (:mod:`wasinn_host.core.runtime`).
+
+:mod:`.runtime` (model, context, sampler chain and the runtime the registry loads models with),
+:mod:`.bindings` (llama-cpp-python's ctypes bindings without its high-level layer), :mod:`.log`
+(llama.cpp's log), :mod:`.grammar_sampling` and :mod:`.piece_trie` (grammar-constrained sampling),
+:mod:`.vision` (images through libmtmd), :mod:`.devices`, :mod:`.offload` and :mod:`.gguf_layout`
+(how many layers go to a GPU), :mod:`.model_check` (untrusted model files loaded in a child first) and
+:mod:`.load_errors` (llama.cpp's reasons for a failed load, in one line).
+"""

@@ -1,0 +1,1191 @@
+"""A hypothesis state machine that fuzzes all 12 ``wasi_ephemeral_nn`` imports through a real wasm instance.
+
+Used by ``tests/test_fuzz.py`` (a short, derandomized CI run) and ``scripts/fuzz_abi.py`` (long runs).
+
+Each example gets a fresh Store holding one instance of the ABI guest (``abi_guest.py``).  Rules call
+the imports with random *and* edge-case pointers (0, inside, exactly at the end, one past, straddling,
+0xFFFFFFFF, huge), lengths, handles (valid ones from Bundles, stale ones, random ones), indices,
+tensor structs (types 2/3 with garbage high bytes, other types, odd dims), configuration JSON (valid,
+invalid, wrong value types, out of range) and model bytes for ``load`` (truncated and corrupted copies
+of the real successor model, including one that makes llama.cpp abort, random bytes, the full file now
+and then; from a fixed catalogue, since the host checks each new GGUF in a child process, or drawn
+freely with ``wide_models``).
+
+Checked after every call:
+
+* the call returns an int (no trap: an exception escaping the host traps the guest) and the process
+  did not crash or hang (a watchdog dumps the stacks and exits if one call takes over ``call_timeout``);
+* the host logged no ERROR (an exception the ABI layer swallowed into errno 5, a worker error);
+* the errno is in the spec's set {0..8, 100..103};
+* guest memory is byte-for-byte what it should be: unchanged outside the ranges the guest named for
+  output, and inside them exactly the handle / the output bytes / the u32 size the host reported
+  (taken from the host's own state before the call), so "bytes written == size reported" holds;
+* errnos the spec fixes regardless of argument order: unknown handles give 1, an out-of-bounds
+  pointer gives 1, ``get_output`` gives 0 or 7 exactly as the buffer size says, ``unload`` /
+  ``finalize_execution_context`` / ``fini_single`` succeed exactly on live handles, new handles are
+  numbered from 0 and never reused, and ``load_by_name`` returns the cached handle;
+* the host's tables (``HandleTables.graphs`` / ``contexts`` / ``by_name``) equal the model's, every loaded
+  model's reference count equals the graphs and contexts that use it, models from guest bytes are
+  freed with their last user, and the registry holds at most one model per (preload, load-time
+  config profile); after each example (Store freed) no model is referenced any more.
+
+Generation is kept bounded: before a ``compute`` whose context could generate without limit (its
+``n-predict`` is unlimited and the model / prompt / sampling do not guarantee a quick EOS), the rule
+first sends metadata ``{"n-predict": k}`` (k in 0..8) through ``set_input``, as a checked call too.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import dataclasses
+import faulthandler
+import hashlib
+import json
+import logging
+import pathlib
+import struct
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import wasmtime
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    get_state_machine_test,
+    initialize,
+    invariant,
+    multiple,
+    rule,
+)
+
+from wasinn_host import ModelRegistry, WasiNN
+from wasinn_host.core.errors import WasiNNError
+from wasinn_host.core.limits import Limits
+from wasinn_host.core.params import ModelParams, SamplingParams
+from wasinn_host.ephemeral.imports import SIGNATURES
+from wasinn_host.guest.stdout import python_stdout
+from wasinn_host.guest.store_tables import store_key
+from wasinn_host.testing.abi_guest import PAGE, AbiGuest, abi_guest_wat
+from wasinn_host.testing.gguf_models import SUCCESSOR_VOCAB_SIZE, char_token_id, write_successor_model
+
+U32 = 0xFFFF_FFFF
+VALID_ERRNOS = frozenset(range(0, 9)) | frozenset({100, 101, 102, 103})
+MEMORY_PAGES = 64  # 4 MiB: the whole successor model (3.6 MiB) fits, for the occasional full load
+MEM = MEMORY_PAGES * PAGE
+DIGIT_IDS = frozenset(char_token_id(c) for c in "0123456789")
+PRELOAD_NAMES = ("succ", "noisy", "missing")
+HANDLE_IMPORTS = tuple(name for name in SIGNATURES if not name.startswith("load"))
+
+# Load-time keys pick which model instance serves a graph, and named models stay loaded for good, so
+# the configs of load_by_name_with_config / load draw their load-time keys from these few profiles
+# only (see the report on unbounded growth).  Everything else in a config is per-context.
+MODEL_PROFILES: tuple[dict[str, Any], ...] = (
+    {},
+    {"ctx-size": 24},
+    {"ctx-size": 48, "n-parallel": 1, "threads": 1},
+    {"batch-size": 16, "ubatch-size": 8},
+    {"embedding": True},
+)
+MAX_FILE_MODELS = 2 * len(MODEL_PROFILES)  # "succ" and "noisy" ("missing" never loads)
+
+# Small tables, so the fuzzer also reaches the Busy (4) answers; no idle reaper (it would finalise
+# contexts behind the model's back).
+FUZZ_LIMITS = Limits(max_graphs_per_store=6, max_contexts_per_store=12, idle_timeout_ms=0)
+
+HUGE = (MEM, MEM + 1, MEM + 4096, 0x7FFF_FFFF, 0x8000_0000, 0xFFFF_FFFC, 0xFFFF_FFFF)
+
+
+# -- environment and statistics ------------------------------------------------------------------
+
+
+@dataclass
+class FuzzStats:
+    """What the fuzzer did: calls per import, errno histogram, examples, time."""
+
+    calls: int = 0
+    examples: int = 0
+    injected: int = 0
+    by_import: collections.Counter = field(default_factory=collections.Counter)
+    errnos: collections.Counter = field(default_factory=collections.Counter)
+    by_import_errno: collections.Counter = field(default_factory=collections.Counter)
+    slowest: dict[str, float] = field(default_factory=dict)
+
+    def record(self, name: str, rc: int, seconds: float) -> None:
+        """Count one call's return code and time."""
+        self.calls += 1
+        self.by_import[name] += 1
+        self.errnos[rc] += 1
+        self.by_import_errno[(name, rc)] += 1
+        if seconds > self.slowest.get(name, 0.0):
+            self.slowest[name] = seconds
+
+    def report(self) -> str:
+        """A summary of the calls made, for the test log."""
+        lines = [f"calls: {self.calls} in {self.examples} examples ({self.injected} n-predict metadata injected)"]
+        lines.append("errno histogram: " + ", ".join(f"{rc}: {n}" for rc, n in sorted(self.errnos.items())))
+        for name in SIGNATURES:
+            per = {rc: n for (imp, rc), n in self.by_import_errno.items() if imp == name}
+            lines.append(
+                f"  {name:27s} {self.by_import[name]:6d}  "
+                + " ".join(f"{rc}:{n}" for rc, n in sorted(per.items()))
+                + f"  (slowest {self.slowest.get(name, 0.0) * 1000:.0f} ms)"
+            )
+        return "\n".join(lines)
+
+
+class ErrorLogWatcher(logging.Handler):
+    """Collects the host's ERROR records: an exception the ABI layer turned into errno 5
+    ("internal error"), a worker error or a failed llama_decode is a host bug, not an answer."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Keep the message of an ERROR record from the host."""
+        if not record.name.startswith("wasinn_host.llama"):
+            self.records.append(record)
+
+    def take(self) -> list[str]:
+        """The ERROR messages since the last call (and forget them)."""
+        out = [
+            r.getMessage() + (f" [{r.exc_info[0].__name__}: {r.exc_info[1]}]" if r.exc_info and r.exc_info[1] else "")
+            for r in self.records
+        ]
+        self.records.clear()
+        return out
+
+
+@dataclass
+class FuzzEnv:
+    """One registry / WasiNN / compiled guest shared by every example of a run."""
+
+    nn: WasiNN
+    registry: ModelRegistry
+    module: wasmtime.Module
+    model_bytes: bytes
+    model_digest: str
+    stats: FuzzStats
+    wide_models: bool = False
+    """Draw model bytes for ``load`` freely (every new GGUF-looking blob costs the host a child-process
+    check, about 0.5 s) instead of from the fixed :attr:`blobs` catalogue (checked once per run)."""
+    call_timeout: float = 120.0
+    blobs: dict[str, list[bytes]] = field(default_factory=dict)
+    """Model bytes for ``load`` by kind: "full", "prefix", "corrupt", "junk" (fixed per run)."""
+    pinned: dict[int, Any] = field(default_factory=dict)
+    """Models from guest bytes the environment keeps one reference to (id -> LoadedModel): the full
+    file and the corrupted variants llama.cpp accepts, so loading them again skips the check."""
+    errors: ErrorLogWatcher = field(default_factory=ErrorLogWatcher)
+
+
+def make_env(model_dir: pathlib.Path, *, wide_models: bool = False, call_timeout: float = 120.0) -> FuzzEnv:
+    """Build the test models in ``model_dir`` (if absent) and a private registry with preloads
+    ``succ``, ``noisy`` and ``missing`` (the reference counts checked here assume nobody else uses it)."""
+    model_dir.mkdir(parents=True, exist_ok=True)
+    succ = model_dir / "successor.gguf"
+    noisy = model_dir / "successor-random.gguf"
+    if not succ.exists():
+        write_successor_model(succ)
+    if not noisy.exists():
+        write_successor_model(noisy, logit_gap=1.0)
+    registry = ModelRegistry(
+        [
+            f"succ:GGML:AUTO:{succ}",
+            f"noisy:GGML:AUTO:{noisy}",
+            f"missing:GGML:CPU:{model_dir / 'no-such-model.gguf'}",
+        ]
+    )
+    nn = WasiNN(registry=registry, limits=FUZZ_LIMITS)
+    module = wasmtime.Module(nn.engine, bytes(wasmtime.wat2wasm(abi_guest_wat(MEMORY_PAGES))))
+    data = succ.read_bytes()
+    assert len(data) < MEM - 65536, "the successor model no longer fits the fuzz guest's memory"
+    env = FuzzEnv(
+        nn,
+        registry,
+        module,
+        data,
+        hashlib.sha256(data).hexdigest(),
+        FuzzStats(),
+        wide_models,
+        call_timeout,
+        _blob_catalogue(succ, data),
+    )
+    # Load the full file and the corrupted variants once (the bad ones are refused and remembered by
+    # the registry); keep a reference to those that load, so each example's load finds them loaded.
+    for blob in env.blobs["full"] + env.blobs["corrupt"]:
+        try:
+            model = registry.acquire_bytes(blob, ModelParams())
+        except WasiNNError:
+            continue
+        env.pinned[id(model)] = model
+    return env
+
+
+def _blob_catalogue(path: pathlib.Path, data: bytes) -> dict[str, list[bytes]]:
+    """Truncated, corrupted and junk GGUF files, the same every run."""
+    import random
+
+    import gguf
+
+    reader = gguf.GGUFReader(path)
+    field_starts = sorted(f.offset for f in reader.fields.values())
+    header_end = min(t.data_offset for t in reader.tensors)
+    tokens = reader.fields["tokenizer.ggml.tokens"].offset
+    rng = random.Random(20260521)
+    corrupt: list[bytes] = []
+    one = struct.pack("<Q", 1)
+    at = data.index(one + b"a" + one + b"b")  # vocabulary strings "a", "b"
+    duplicate = bytearray(data)
+    duplicate[at + 17] = ord("a")  # a duplicate token string: llama.cpp asserts (a child dies)
+    corrupt.append(bytes(duplicate))
+    for start, n_bytes in ((0, 2), (tokens, 1), (tokens, 4), (field_starts[-2], 2), (field_starts[-1], 3)):
+        blob = bytearray(data)  # the header, the vocabulary, the last metadata fields
+        for _ in range(n_bytes):
+            blob[rng.randrange(start, min(start + 512, header_end))] = rng.randrange(256)
+        corrupt.append(bytes(blob))
+    return {
+        "full": [data],
+        "prefix": [
+            data[:n] for n in (4, 8, 24, 100, 1000, field_starts[-1], header_end, len(data) // 2, len(data) - 1)
+        ],
+        "corrupt": corrupt,
+        "junk": [b"GGUF", b"GGUF\x03\x00\x00\x00", b"GGUF" + bytes(range(32)), b"GGUF" + b"\xff" * 24],
+    }
+
+
+# -- strategies -----------------------------------------------------------------------------------
+
+
+def weighted(*pairs: tuple[int, st.SearchStrategy[Any]]) -> st.SearchStrategy[Any]:
+    """Pick a strategy with the given integer weights."""
+    table = [s for w, s in pairs for _ in range(w)]
+    return st.integers(0, len(table) - 1).flatmap(lambda i: table[i])
+
+
+u32s = st.integers(0, U32)
+
+
+def ptr_for(n: int, wild: bool = True) -> st.SearchStrategy[int]:
+    """A guest pointer meant for ``n`` bytes: inside memory, or (``wild``) often at the edges."""
+    n = min(n, MEM)
+    inside = st.integers(0, MEM - n)
+    if not wild:
+        return inside
+    edges = sorted({p for p in (0, 1, MEM - n, MEM - n + 1, MEM - n - 1, MEM - 1, *HUGE) if 0 <= p <= U32})
+    return weighted((6, inside), (3, st.sampled_from(edges)), (1, u32s))
+
+
+def length_for(n: int, wild: bool = True) -> st.SearchStrategy[int]:
+    """A length argument for ``n`` bytes of content: exact, or (``wild``) sometimes off or absurd."""
+    if not wild:
+        return st.just(n)
+    edges = sorted({x for x in (0, n - 1, n + 1, MEM, 0x8000_0000, U32) if x >= 0})
+    return weighted((8, st.just(n)), (3, st.sampled_from(edges)), (1, u32s))
+
+
+special_handles = st.sampled_from([0, 1, 2, 3, 4, 5, 7, 0x7FFF_FFFF, 0x8000_0000, U32])
+random_handles = st.one_of(special_handles, u32s)
+indices = weighted((8, st.just(0)), (6, st.just(1)), (2, st.sampled_from([2, 3, 0x101, U32])), (1, u32s))
+
+PROMPT_CHARS = "abcdefghijklmnopqrstuvwxyzABCXYZ .,!?-"
+prompts = weighted(
+    (10, st.text(PROMPT_CHARS, max_size=12).map(str.encode)),
+    (2, st.sampled_from([b"a", b"x", b"Z", b"", b"0", b"7", b"12 9", b"abc 4"])),
+    (1, st.sampled_from([b"<s>", b"</s>", b"<unk>", b"a</s>b", "\u00e9\u2713\U0001f600".encode()])),
+    (2, st.binary(max_size=48)),
+    (1, st.sampled_from([b"ab " * 200, b"q" * 530, b"7" * 40])),
+    (1, st.just(b'[{"role": "user", "content": "hi"}]')),
+)
+
+
+def _finite(lo: float, hi: float) -> st.SearchStrategy[float]:
+    return st.floats(lo, hi, allow_nan=False, allow_infinity=False)
+
+
+# per-context keys with values the host accepts: (key, strategy)
+def _context_items() -> list[tuple[str, st.SearchStrategy[Any]]]:
+    # ids past the vocabulary are answered with 1 (they used to hang compute: fixed)
+    vocab_ids = weighted(
+        (4, st.integers(0, SUCCESSOR_VOCAB_SIZE - 1)),
+        (1, st.sampled_from([SUCCESSOR_VOCAB_SIZE, 100000, 2**31 - 1, 2**31, 2**40])),
+    )
+    return [
+        ("n-predict", weighted((12, st.integers(0, 8)), (1, st.sampled_from([-1, 40, 2**40])))),
+        ("max-tokens", st.integers(0, 8)),
+        ("temp", weighted((3, _finite(0.0, 1.0)), (1, st.sampled_from([0, 1, -0.5])))),
+        ("temperature", _finite(0.0, 1.0)),
+        ("top-k", st.integers(0, 50)),
+        ("top-p", _finite(0.0, 1.0)),
+        ("min-p", _finite(0.0, 1.0)),
+        ("typ-p", _finite(0.0, 1.0)),
+        ("seed", st.integers(0, U32)),
+        ("repeat-penalty", _finite(0.0, 2.0)),
+        ("presence-penalty", _finite(0.0, 1.0)),
+        ("frequency-penalty", _finite(0.0, 1.0)),
+        ("last-n-penalty", st.integers(-1, 64)),
+        ("mirostat", st.integers(0, 2)),
+        ("dry-multiplier", _finite(0.0, 1.0)),
+        ("xtc-probability", _finite(0.0, 1.0)),
+        ("dynatemp-range", _finite(0.0, 1.0)),
+        ("n-probs", st.integers(0, 3)),
+        ("logit-bias", st.dictionaries(vocab_ids.map(str), _finite(-100.0, 100.0), max_size=3)),
+        ("reverse-prompt", st.sampled_from(["", "c", "xyz", "\u2713"])),
+        ("stop", st.lists(st.sampled_from(["", "d", "mn", "</s>"]), max_size=3)),
+        ("max-time-ms", st.integers(0, 200)),
+        ("ignore-eos", st.booleans()),
+        ("stream-stdout", weighted((6, st.just(False)), (1, st.just(True)))),
+        ("grammar", st.sampled_from(["", "root ::= [a-z]*", 'root ::= "b" [c-e]+'])),
+        ("json-schema", st.sampled_from(["", '{"type": "string"}', '{"type": "integer"}'])),
+        ("chat-template", weighted((4, st.just(False)), (1, st.sampled_from([True, "{{ messages[0].content }}"])))),
+        ("cache-prompt", st.booleans()),
+        ("n-keep", st.integers(-1, 8)),
+        ("priority", st.integers(-100, 100)),
+        ("embd-normalize", st.integers(-1, 3)),
+        ("enable-log", st.just(False)),  # true lowers the process-wide log level for good
+        ("llama3", st.booleans()),  # unknown keys are ignored
+        ("include_usage", st.booleans()),
+    ]
+
+
+# known keys with a value of the wrong JSON type or out of range: the host answers 1
+BAD_VALUES: tuple[dict[str, Any], ...] = (
+    {"n-predict": "5"},
+    {"n-predict": 1.5},
+    {"ctx-size": 1024.0},
+    {"ctx-size": "big"},
+    {"temp": True},
+    {"temp": "hot"},
+    {"ignore-eos": 1},
+    {"stream-stdout": "yes"},
+    {"reverse-prompt": 7},
+    {"stop": [1, 2]},
+    {"stop": "x"},
+    {"top-p": 2.0},
+    {"min-p": -1},
+    {"seed": -1},
+    {"seed": 2**33},
+    {"mirostat": 7},
+    {"n-gpu-layers": -5},
+    {"threads": 5000},
+    {"flash-attn": "maybe"},
+    {"embedding": "true"},
+    {"sampling": 3},
+    {"logit-bias": {"x": 1}},
+    {"logit-bias": [[1]]},
+    {"logit-bias": {"-1": 2}},
+    {"grammar": "root ::= ("},
+    {"json-schema": "{not json"},
+    {"chat-template": 3},
+    {"n-probs": 1000},
+    {"max-time-ms": -1},
+    {"priority": 1000},
+    {"dry-base": 0.5},
+    {"n-parallel": 0},
+    {"batch-size": 0},
+)
+# not a JSON object, or not JSON at all: the host answers 2
+BAD_JSON: tuple[bytes, ...] = (
+    b"{",
+    b"{not json",
+    b'{"n-predict": }',
+    b"[]",
+    b"3",
+    b'"str"',
+    b"null",
+    b"true",
+    b"{'a': 1}",
+    b'{"a": 1,}',
+    b"\xff\xfe{}",
+    b'{"n-predict": NaN}',
+    b"[" * 2000 + b"]" * 2000,
+    b'{"a":' * 600,
+)
+
+
+@st.composite
+def configs(draw: st.DrawFn, *, model_keys: str = "profile") -> tuple[bytes, str]:
+    """A configuration text and its class: "valid", "value" (errno 1 expected) or "json" (errno 2).
+
+    ``model_keys``: "profile" draws load-time keys from MODEL_PROFILES only; "none" draws none (for
+    ``load``: its models are loaded with default load-time keys, see :func:`make_env`); "any" also
+    allows arbitrary load-time values (only for set_input metadata, where they are ignored).
+    """
+    kind = draw(weighted((12, st.just("valid")), (3, st.just("value")), (3, st.just("json")), (1, st.just("empty"))))
+    if kind == "json":
+        return draw(
+            weighted((4, st.sampled_from(BAD_JSON)), (1, st.binary(min_size=1, max_size=24).filter(_not_json_object)))
+        ), "json"
+    if kind == "empty":
+        return draw(st.sampled_from([b"", b"   ", b"{}", b'{"sampling": {}}'])), "valid"
+    doc: dict[str, Any] = dict(draw(st.sampled_from(MODEL_PROFILES))) if model_keys != "none" else {}
+    if model_keys == "any" and draw(st.booleans()):
+        doc.update(draw(st.sampled_from([{"ctx-size": 99999}, {"n-gpu-layers": 3}, {"threads": 7}])))
+    items = _context_items()
+    chosen = draw(st.lists(st.sampled_from(items), max_size=5, unique_by=lambda kv: kv[0]))
+    for key, values in chosen:
+        doc[key] = draw(values)
+    if draw(st.booleans()):  # keep generation short in most configs
+        doc["n-predict"] = draw(st.integers(0, 8))
+    if draw(weighted((5, st.just(False)), (1, st.just(True)))) and doc:  # the nested form
+        key = draw(st.sampled_from(sorted(doc)))
+        doc = {k: v for k, v in doc.items() if k != key} | {"sampling": {key: doc[key]}}
+    if kind == "value":
+        doc.update(draw(st.sampled_from(BAD_VALUES)))
+    return json.dumps(doc).encode(), kind
+
+
+def _not_json_object(raw: bytes) -> bool:
+    try:
+        return not isinstance(json.loads(raw), dict)
+    except ValueError:
+        return True
+
+
+# -- the state machine ----------------------------------------------------------------------------
+
+
+def _contains(ptr: int, length: int) -> bool:
+    """Is [ptr, ptr+length) inside guest memory (u32 arguments, no wrap-around)?"""
+    return (ptr & U32) + (length & U32) <= MEM
+
+
+_REAL_STDERR = sys.__stderr__ if sys.__stderr__ is not None else sys.stderr
+_memcmp = ctypes.CDLL(None).memcmp
+_memcmp.restype = ctypes.c_int
+_memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+
+
+class AbiFuzzMachine(RuleBasedStateMachine):
+    """Random call sequences over all 12 imports; see the module docstring.  Bind an environment
+    with :func:`machine_for` before running."""
+
+    ENV: FuzzEnv  # set by machine_for()
+
+    graphs = Bundle("graphs")
+    contexts = Bundle("contexts")
+
+    def __init__(self) -> None:
+        super().__init__()
+        env = self.ENV
+        self.env = env
+        self.nn = env.nn
+        self.store = wasmtime.Store(env.nn.engine)
+        env.nn.attach(self.store, stdout=python_stdout)  # sys.stdout: scripts/tools/fuzz_abi.py discards it
+        linker = wasmtime.Linker(env.nn.engine)
+        env.nn.add_to_linker(linker)
+        instance = linker.instantiate(self.store, env.module)
+        exports = instance.exports(self.store)
+        memory = exports["memory"]
+        assert isinstance(memory, wasmtime.Memory)
+        self.guest = AbiGuest(env.nn, self.store, instance, memory)
+        assert self.guest.size == MEM
+        self.funcs: dict[str, wasmtime.Func] = {}
+        for name in SIGNATURES:
+            func = exports[f"nn_{name}"]
+            assert isinstance(func, wasmtime.Func)
+            self.funcs[name] = func
+        self.key = store_key(self.store)
+        state = env.nn.imports.stores.lookup(self.key)
+        assert state is not None, "attach() registered the Store"
+        self.state = state
+        # what guest memory must hold: every write of ours goes here too; the host may only
+        # change the ranges a call names for output (checked, then put back from here)
+        self.shadow = bytearray(MEM)
+        self.shadow_address = ctypes.addressof((ctypes.c_char * MEM).from_buffer(self.shadow))
+        # the model of the host's tables
+        self.live_graphs: set[int] = set()
+        self.live_contexts: dict[int, int] = {}  # context -> graph
+        self.by_name: dict[str, int] = {}
+        self.next_graph = 0
+        self.next_context = 0
+        self.wild = True
+        self.limits = env.nn.imports.limits
+        env.stats.examples += 1
+
+    # -- memory ------------------------------------------------------------------------
+
+    def _base(self) -> int:
+        return ctypes.addressof(self.guest.memory.data_ptr(self.store).contents)
+
+    def put(self, ptr: int, data: bytes) -> None:
+        """Write what fits of ``data`` at ``ptr`` (nothing if ``ptr`` is outside memory)."""
+        if ptr < MEM and data:
+            n = min(len(data), MEM - ptr)
+            ctypes.memmove(self._base() + ptr, data, n)
+            self.shadow[ptr : ptr + n] = data[:n]
+
+    def read(self, ptr: int, n: int) -> bytes:
+        """Read guest memory."""
+        return ctypes.string_at(self._base() + ptr, n)
+
+    def ptr(self, data: st.DataObject, n: int, label: str) -> int:
+        """A guest pointer for ``n`` bytes: mostly in bounds, sometimes hostile."""
+        return data.draw(ptr_for(n, self.wild), label=label)
+
+    def length(self, data: st.DataObject, n: int, label: str) -> int:
+        """A length near ``n``: mostly right, sometimes hostile."""
+        return data.draw(length_for(n, self.wild), label=label)
+
+    def draw_wild(self, data: st.DataObject) -> None:
+        """Two calls in three name only valid memory (so call sequences get deep); the rest go wild."""
+        self.wild = data.draw(weighted((2, st.just(False)), (1, st.just(True))), label="wild")
+
+    # -- the checked call ----------------------------------------------------------------
+
+    def call(self, name: str, *args: int) -> int:
+        """Call import ``name`` and return its errno; then check memory with :meth:`expect`."""
+        signed = [a - (1 << 32) if a >= (1 << 31) else a for a in args]
+        # a hung call: dump every thread's stack to the real stderr (pytest may be capturing) and exit
+        faulthandler.dump_traceback_later(self.env.call_timeout, exit=True, file=_REAL_STDERR)
+        started = time.perf_counter()
+        try:
+            rc = self.funcs[name](self.store, *signed)
+        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
+            raise AssertionError(f"{name}{tuple(args)} trapped (an exception escaped the host): {exc}") from None
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+        self.env.stats.record(name, rc, time.perf_counter() - started)
+        errors = self.env.errors.take()
+        assert not errors, f"{name}{tuple(args)} -> errno {rc} logged a host error: {errors}"
+        assert isinstance(rc, int), f"{name} returned {rc!r}"
+        assert rc in VALID_ERRNOS, f"{name}{tuple(args)} returned errno {rc}, not in the spec's set"
+        return rc
+
+    def expect(
+        self,
+        name: str,
+        args: tuple[int, ...],
+        rc: int,
+        writes: Iterable[tuple[int, bytes]] = (),
+        optional: Iterable[tuple[int, bytes]] = (),
+    ) -> None:
+        """Guest memory must be what it was before the call with exactly ``writes`` applied in order
+        (each of ``optional`` may also have been applied).  Afterwards the written ranges are put back."""
+        writes, optional = list(writes), list(optional)
+        spans = sorted({(p, p + len(d)) for p, d in writes + optional if d})
+        merged: list[list[int]] = []
+        for a, b in spans:
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        for a, b in merged:
+            got = self.read(a, b - a)
+            want = bytearray(self.shadow[a:b])
+            for p, d in writes:
+                if p < b and p + len(d) > a:
+                    lo, hi = max(p, a), min(p + len(d), b)
+                    want[lo - a : hi - a] = d[lo - p : hi - p]
+            ok = got == want
+            for p, d in optional:
+                if not ok and a <= p and p + len(d) <= b:
+                    alt = bytearray(want)
+                    alt[p - a : p - a + len(d)] = d
+                    ok = got == alt
+            assert ok, (
+                f"{name}{args} -> errno {rc}: guest memory [{a:#x}, {b:#x}) holds {got[:48]!r}, "
+                f"expected {bytes(want[:48])!r}"
+            )
+            ctypes.memmove(self._base() + a, bytes(self.shadow[a:b]), b - a)
+        if _memcmp(self._base(), self.shadow_address, MEM) != 0:
+            now = self.read(0, MEM)
+            diff = [i for i in range(MEM) if now[i] != self.shadow[i]]
+            raise AssertionError(
+                f"{name}{args} -> errno {rc} changed guest memory outside the output ranges it names: "
+                f"{len(diff)} bytes differ in [{diff[0]:#x}, {diff[-1]:#x}] "
+                f"(allowed: {[(hex(a), hex(b)) for a, b in merged]})"
+            )
+
+    # -- generation bounds ----------------------------------------------------------------
+
+    def _deterministic(self, model: Any) -> bool:
+        label = model.label
+        return label == "succ" or label == f"bytes:{self.env.model_digest[:12]}"
+
+    def bounded(self, ctx: Any) -> bool:
+        """Can ``compute`` on this host execution context only generate a few tokens?"""
+        ctx = ctx.inner  # the core context behind the guest's execution context
+        model = ctx.model
+        if model.params.embedding or model.n_ctx_seq <= 64 or ctx.prompt_tokens is None:
+            return True
+        stop = ctx.params.stopping
+        if 0 <= stop.n_predict <= 16 or 0 < stop.max_time_ms <= 300:
+            return True
+        if stop.ignore_eos or ctx.params.options.chat_template is not False or not self._deterministic(model):
+            return False
+        sampling = ctx.params.sampling
+        d = SamplingParams()
+        plain = (
+            dataclasses.replace(
+                sampling, seed=d.seed, temp=d.temp, top_k=d.top_k, top_p=d.top_p, min_p=d.min_p, n_probs=0
+            )
+            == d
+        )
+        tokens = ctx.prompt_tokens
+        return plain and sampling.temp <= 1.0 and bool(tokens) and tokens[-1] not in DIGIT_IDS
+
+    # -- invariants ---------------------------------------------------------------------
+
+    @invariant()
+    def host_tables_match_the_model(self) -> None:
+        """The Store's tables match the model's, and models are referenced exactly as used."""
+        state = self.state
+        assert self.nn.imports.stores.lookup(self.key) is state, "the Store's state was replaced or dropped"
+        assert set(state.graphs) == self.live_graphs, (sorted(state.graphs), sorted(self.live_graphs))
+        assert set(state.contexts) == set(self.live_contexts), (sorted(state.contexts), sorted(self.live_contexts))
+        assert state.by_name == self.by_name, (state.by_name, self.by_name)
+        assert (state.next_graph, state.next_context) == (self.next_graph, self.next_context)
+        models = self.env.registry.loaded()
+        uses = collections.Counter(id(g.graph.model) for g in state.graphs.values())  # type: ignore[attr-defined]
+        uses.update(id(c.inner.model) for c in state.contexts.values())  # type: ignore[attr-defined]
+        for model in models:
+            want = uses[id(model)] + (id(model) in self.env.pinned)
+            assert model.refs == want, f"model {model.label}: refs {model.refs}, used {want} times"
+            if model.key[0] == "bytes":
+                assert model.refs > 0, f"model {model.label} from guest bytes outlived its users"
+        files = [m for m in models if m.key[0] == "file"]
+        assert len(files) <= MAX_FILE_MODELS, f"{len(files)} named models loaded: {[m.params for m in files]}"
+
+    def teardown(self) -> None:
+        """Free the Store; no model may stay referenced by it."""
+        self.nn.detach(self.store)
+        assert self.nn.imports.stores.lookup(self.key) is None
+        pinned = self.env.pinned
+        leftovers = [
+            (m.label, m.refs)
+            for m in self.env.registry.loaded()
+            if m.refs != (id(m) in pinned) or (m.key[0] == "bytes" and id(m) not in pinned)
+        ]
+        assert not leftovers, f"models still referenced after the Store was freed: {leftovers}"
+
+    # -- helpers for rules ---------------------------------------------------------------
+
+    def _new_graph(self, rc: int, name: str | None) -> Any:
+        """The handle a successful load must have returned (and the model's update), else no handle."""
+        if rc != 0:
+            return multiple()
+        if name is not None and name in self.by_name:
+            return self.by_name[name]
+        handle = self.next_graph
+        self.next_graph += 1
+        self.live_graphs.add(handle)
+        if name is not None:
+            self.by_name[name] = handle
+        return handle
+
+    def _write_tensor(self, data: st.DataObject, payload: bytes) -> int:
+        """Place a tensor struct for ``payload``; return the struct's pointer."""
+        valid_type = st.sampled_from([3, 2])
+        ttype = data.draw(
+            valid_type
+            if not self.wild
+            else weighted(
+                (8, valid_type),
+                (2, st.integers(1, 0xFF_FFFF).map(lambda hi: (hi << 8) | 3)),  # garbage padding bytes
+                (1, st.integers(1, 0xFF_FFFF).map(lambda hi: (hi << 8) | 2)),
+                (2, st.sampled_from([0, 1, 4, 5, 6, 0xFF, 0x300])),
+                (1, u32s),
+            ),
+            label="type",
+        )
+        sane_dims = st.sampled_from([[len(payload)], [1], [1, len(payload)], []])
+        dims = data.draw(
+            sane_dims if not self.wild else weighted((6, sane_dims), (1, st.lists(u32s, max_size=9))), label="dims"
+        )
+        dims_raw = struct.pack(f"<{len(dims)}I", *dims)
+        data_ptr = self.ptr(data, len(payload), "data_ptr")
+        dims_ptr = self.ptr(data, len(dims_raw), "dims_ptr")
+        struct_ptr = self.ptr(data, 20, "tensor_ptr")
+        fields = struct.pack(
+            "<5I",
+            dims_ptr,
+            self.length(data, len(dims), "dims_len"),
+            ttype,
+            data_ptr,
+            self.length(data, len(payload), "data_len"),
+        )
+        self.put(data_ptr, payload)
+        self.put(dims_ptr, dims_raw)
+        self.put(struct_ptr, fields)
+        return struct_ptr
+
+    def _set_metadata(self, ctx: int, text: bytes) -> int:
+        """A well-formed metadata set_input (used to bound generation); checked like any call."""
+        ptr = MEM - 65536  # scratch: tensor struct, dims, then the text
+        self.put(ptr, struct.pack("<5I", ptr + 20, 1, 3, ptr + 32, len(text)))
+        self.put(ptr + 20, struct.pack("<I", len(text)))
+        self.put(ptr + 32, text)
+        rc = self.call("set_input", ctx, 1, ptr)
+        self.expect("set_input", (ctx, 1, ptr), rc)
+        return rc
+
+    # -- initial state: a graph, and a context with a prompt (so sequences reach compute) -----
+
+    def _load_clean(self, data: st.DataObject) -> int:
+        name = data.draw(weighted((3, st.just("succ")), (1, st.just("noisy"))), label="initial model")
+        config = json.dumps(data.draw(st.sampled_from(MODEL_PROFILES), label="initial profile")).encode()
+        raw = name.encode()
+        name_ptr, config_ptr, out = 0x100, 0x200, 0x40
+        self.put(name_ptr, raw)
+        self.put(config_ptr, config)
+        args = (name_ptr, len(raw), config_ptr, len(config), out)
+        rc = self.call("load_by_name_with_config", *args)
+        assert rc == 0, f"load_by_name_with_config({name!r}, {config!r}) gave {rc}"
+        handle = self._new_graph(rc, name)
+        self.expect("load_by_name_with_config", args, rc, [(out, struct.pack("<I", handle))])
+        return handle
+
+    @initialize(target=graphs, data=st.data())
+    def initial_graph(self, data: st.DataObject) -> int:
+        """Start with a loaded graph."""
+        return self._load_clean(data)
+
+    @initialize(target=contexts, data=st.data())
+    def initial_context(self, data: st.DataObject) -> int:
+        """Start with an execution context holding a prompt."""
+        graph = self._load_clean(data)
+        rc = self.call("init_execution_context", graph, 0x40)
+        assert rc == 0
+        handle = self.next_context
+        self.next_context += 1
+        self.live_contexts[handle] = graph
+        self.expect("init_execution_context", (graph, 0x40), rc, [(0x40, struct.pack("<I", handle))])
+        self.wild = False
+        prompt = data.draw(prompts, label="initial prompt")
+        tensor_ptr = self._write_tensor(data, prompt)
+        rc = self.call("set_input", handle, 0, tensor_ptr)
+        self.expect("set_input", (handle, 0, tensor_ptr), rc)
+        return handle
+
+    # -- rules: loading ------------------------------------------------------------------
+
+    @rule(target=graphs, data=st.data())
+    def load(self, data: st.DataObject) -> Any:
+        """``load`` of model bytes: whole, truncated, corrupted or junk."""
+        self.draw_wild(data)
+        env = self.env
+        model = env.model_bytes
+        kind = data.draw(
+            weighted(
+                (1, st.just("full")),
+                (4, st.just("prefix")),
+                (2, st.just("corrupt")),
+                (2, st.just("random")),
+                (1, st.just("preload")),
+                (1, st.just("empty")),
+            ),
+            label="model kind",
+        )
+        if not env.wide_models and kind in ("full", "prefix", "corrupt", "random"):
+            blob = data.draw(st.sampled_from(env.blobs[kind if kind != "random" else "junk"]), label="blob")
+            if kind == "random" and data.draw(st.booleans()):
+                blob = data.draw(st.binary(max_size=64).filter(lambda b: not b.startswith(b"GGUF")), label="blob")
+        elif kind == "full":
+            blob = model
+        elif kind == "prefix":
+            blob = model[: data.draw(weighted((3, st.integers(0, 4096)), (1, st.integers(0, len(model) - 1))))]
+        elif kind == "corrupt":
+            size = data.draw(weighted((3, st.integers(8, 32768)), (1, st.just(len(model)))))
+            damaged = bytearray(model[:size])
+            for _ in range(data.draw(st.integers(1, 8))):
+                damaged[data.draw(st.integers(0, min(size, 32768) - 1))] = data.draw(st.integers(0, 255))
+            blob = bytes(damaged)
+        elif kind == "random":
+            blob = data.draw(st.one_of(st.binary(max_size=64), st.binary(max_size=16).map(lambda b: b"GGUF" + b)))
+        elif kind == "preload":
+            blob = b"preload:" + data.draw(st.sampled_from([b"succ", b"/etc/passwd", b""]))
+        else:
+            blob = b""
+        count = data.draw(
+            st.sampled_from([1, 2])
+            if not self.wild
+            else weighted((3, st.sampled_from([1, 2])), (1, st.sampled_from([0, 3, 7, 0x2000_0000, U32])), (1, u32s))
+        )
+        config, _ = data.draw(configs(model_keys="none"), label="config")
+        if len(blob) > MEM // 2:  # the full model: keep the rest out of its way
+            blob_ptr = data.draw(st.sampled_from([0, MEM - len(blob)]), label="blob_ptr")
+            lo, hi = (blob_ptr + len(blob), MEM) if blob_ptr == 0 else (0, blob_ptr)
+            array_ptr = lo
+            if len(config) > hi - lo - 64:
+                config = b'{"n-predict": 3}'
+            config_ptr = data.draw(st.integers(lo + 16, hi - len(config)), label="config_ptr")
+        else:
+            blob_ptr = self.ptr(data, len(blob), "blob_ptr")
+            array_ptr = self.ptr(data, 16, "builders_ptr")
+            config_ptr = self.ptr(data, len(config), "config_ptr")
+        out = self.ptr(data, 4, "graph_out")
+        entries = struct.pack(
+            "<4I",
+            blob_ptr,
+            self.length(data, len(blob), "blob_len"),
+            config_ptr,
+            self.length(data, len(config), "config_len"),
+        )
+        encoding = data.draw(
+            st.just(6) if not self.wild else weighted((6, st.just(6)), (2, st.integers(0, 14)), (1, u32s)),
+            label="encoding",
+        )
+        target = data.draw(
+            st.integers(0, 2) if not self.wild else weighted((4, st.integers(0, 2)), (1, st.just(3)), (1, u32s)),
+            label="target",
+        )
+        self.put(blob_ptr, blob)
+        self.put(config_ptr, config)
+        self.put(array_ptr, entries)
+        args = (array_ptr, count, encoding, target, out)
+        rc = self.call("load", *args)
+        if rc == 0:
+            assert encoding == 6 and target in (0, 1, 2) and count >= 1 and _contains(out, 4), args
+        if encoding != 6:
+            assert rc == 2, f"load with encoding {encoding} gave {rc}, expected 2 InvalidEncoding"
+        elif count >= 1 and not (_contains(array_ptr, 8 * min(count, 2)) and _contains(out, 4)):
+            assert rc in (1, 4, 6), f"load with an out-of-bounds builder array / out pointer gave {rc}"
+        handle = self._new_graph(rc, None)
+        self.expect("load", args, rc, [(out, struct.pack("<I", handle))] if rc == 0 else [])
+        return handle
+
+    @rule(target=graphs, data=st.data())
+    def load_by_name(self, data: st.DataObject) -> Any:
+        """``load_by_name`` of a known, missing or hostile name."""
+        return self._load_by_name(data, with_config=False)
+
+    @rule(target=graphs, data=st.data())
+    def load_by_name_with_config(self, data: st.DataObject) -> Any:
+        """``load_by_name_with_config`` with a valid, out-of-range or malformed config."""
+        return self._load_by_name(data, with_config=True)
+
+    def _load_by_name(self, data: st.DataObject, with_config: bool) -> Any:
+        self.draw_wild(data)
+        raw = data.draw(
+            weighted(
+                (8, st.sampled_from([b"succ", b"noisy"])),
+                (2, st.just(b"missing")),
+                (2, st.sampled_from([b"", b"nope", b"SUCC", b"succ\x00", b"succ ", b"\xff\xfe", b"n" * 300])),
+                (1, st.binary(max_size=12)),
+            ),
+            label="name",
+        )
+        name_ptr = self.ptr(data, len(raw), "name_ptr")
+        name_len = self.length(data, len(raw), "name_len")
+        out = self.ptr(data, 4, "graph_out")
+        label = "load_by_name_with_config" if with_config else "load_by_name"
+        config, config_kind = b"", "valid"
+        if with_config:
+            config, config_kind = data.draw(configs(), label="config")
+            config_ptr = self.ptr(data, len(config), "config_ptr")
+            config_len = self.length(data, len(config), "config_len")
+            self.put(config_ptr, config)
+            self.put(name_ptr, raw)
+            args: tuple[int, ...] = (name_ptr, name_len, config_ptr, config_len, out)
+            pointers_ok = _contains(name_ptr, name_len) and _contains(config_ptr, config_len) and _contains(out, 4)
+            config_intact = config_len == len(config) and self.shadow[config_ptr : config_ptr + len(config)] == config
+        else:
+            self.put(name_ptr, raw)
+            args = (name_ptr, name_len, out)
+            pointers_ok = _contains(name_ptr, name_len) and _contains(out, 4)
+            config_intact = True
+        # what the guest actually named (after overlaps, with the length it passed)
+        name_sent = bytes(self.shadow[name_ptr : name_ptr + name_len]) if pointers_ok else None
+        rc = self.call(label, *args)
+        config_errno = () if config_kind == "valid" and config_intact else (2,)  # the config may be read first
+        if not pointers_ok:
+            assert rc in (1, *config_errno), f"{label}{args} with an out-of-bounds pointer gave {rc}"
+        name: str | None = None
+        if name_sent is not None:
+            try:
+                name = name_sent.decode("utf-8")
+            except UnicodeDecodeError:
+                if config_intact and config_kind == "valid":
+                    assert rc == 1, f"{label}: a name that is not UTF-8 gave {rc}"
+        if rc == 0:
+            assert pointers_ok and name in PRELOAD_NAMES[:2], f"{label} succeeded for {name!r}"
+        if pointers_ok and name is not None and config_intact and config_kind == "valid":
+            if name in self.by_name:
+                assert rc == 0, f"{label}({name!r}) of a cached name gave {rc}, expected the cached handle"
+            else:  # a full graph table (Limits.max_graphs_per_store) may answer 4 Busy first
+                busy = (4,) if len(self.live_graphs) >= self.limits.max_graphs_per_store else ()
+                if name == "missing":
+                    assert rc in (103, *busy), f"{label}('missing') gave {rc}, expected 103 ModelNotFound"
+                elif name not in PRELOAD_NAMES:
+                    assert rc in (8, *busy), f"{label}({name!r}) gave {rc}, expected 8 NotFound"
+        handle = self._new_graph(rc, name)
+        self.expect(label, args, rc, [(out, struct.pack("<I", handle))] if rc == 0 else [])
+        return handle
+
+    @rule(graph=graphs)
+    def unload(self, graph: int) -> None:
+        """``unload`` of a live or dead graph handle."""
+        self._unload(graph)
+
+    def _unload(self, graph: int) -> None:
+        rc = self.call("unload", graph)
+        live = graph in self.live_graphs
+        assert (rc == 0) == live and rc in (0, 1), (
+            f"unload({graph}) gave {rc}; the graph is {'live' if live else 'not live'}"
+        )
+        if rc == 0:
+            self.live_graphs.discard(graph)
+            self.by_name = {n: h for n, h in self.by_name.items() if h != graph}
+        self.expect("unload", (graph,), rc)
+
+    # -- rules: contexts -----------------------------------------------------------------
+
+    @rule(target=contexts, data=st.data(), graph=graphs)
+    def init_execution_context(self, data: st.DataObject, graph: int) -> Any:
+        """``init_execution_context`` on a live or dead graph."""
+        return self._init(data, graph)
+
+    def _init(self, data: st.DataObject, graph: int) -> Any:
+        self.draw_wild(data)
+        out = self.ptr(data, 4, "ctx_out")
+        rc = self.call("init_execution_context", graph, out)
+        expected_ok = graph in self.live_graphs and _contains(out, 4)
+        full = len(self.live_contexts) >= self.limits.max_contexts_per_store  # then 4 Busy
+        assert rc == ((4 if full else 0) if expected_ok else 1), f"init_execution_context({graph}, {out:#x}) gave {rc}"
+        if rc != 0:
+            self.expect("init_execution_context", (graph, out), rc)
+            return multiple()
+        handle = self.next_context
+        self.next_context += 1
+        self.live_contexts[handle] = graph
+        self.expect("init_execution_context", (graph, out), rc, [(out, struct.pack("<I", handle))])
+        return handle
+
+    @rule(ctx=contexts)
+    def finalize_execution_context(self, ctx: int) -> None:
+        """``finalize_execution_context`` of a live or dead context."""
+        self._finalize(ctx)
+
+    def _finalize(self, ctx: int) -> None:
+        rc = self.call("finalize_execution_context", ctx)
+        live = ctx in self.live_contexts
+        assert (rc == 0) == live and rc in (0, 1), f"finalize_execution_context({ctx}) gave {rc}; live: {live}"
+        self.live_contexts.pop(ctx, None)
+        self.expect("finalize_execution_context", (ctx,), rc)
+
+    @rule(data=st.data(), ctx=contexts, index=indices)
+    def set_input(self, data: st.DataObject, ctx: int, index: int) -> None:
+        """``set_input`` of a prompt or metadata, with hostile tensors too."""
+        self._set_input(data, ctx, index)
+
+    @rule(data=st.data(), ctx=contexts)
+    def set_input_prompt(self, data: st.DataObject, ctx: int) -> None:
+        """A well-formed prompt (guests set one far more often than anything else)."""
+        self.wild = False
+        payload = data.draw(prompts, label="prompt")
+        tensor_ptr = self._write_tensor(data, payload)
+        rc = self.call("set_input", ctx, 0, tensor_ptr)
+        self.expect("set_input", (ctx, 0, tensor_ptr), rc)
+
+    def _set_input(self, data: st.DataObject, ctx: int, index: int) -> None:
+        self.draw_wild(data)
+        if index == 1 or data.draw(weighted((8, st.just(False)), (1, st.just(True)))):
+            payload, _ = data.draw(configs(model_keys="any"), label="metadata")
+        else:
+            payload = data.draw(prompts, label="prompt")
+        tensor_ptr = self._write_tensor(data, payload)
+        args = (ctx, index, tensor_ptr)
+        rc = self.call("set_input", *args)
+        if ctx not in self.live_contexts or not _contains(tensor_ptr, 20):
+            assert rc == 1, f"set_input{args} gave {rc}, expected 1 (dead context or tensor struct out of bounds)"
+        self.expect("set_input", args, rc)
+
+    @rule(data=st.data(), ctx=contexts)
+    def compute(self, data: st.DataObject, ctx: int) -> None:
+        """``compute`` (kept short by an injected n-predict where needed)."""
+        self._compute(data, ctx)
+
+    def _compute(self, data: st.DataObject, ctx: int) -> None:
+        host_ctx = self.state.contexts.get(ctx)
+        k = data.draw(st.integers(0, 8), label="n-predict if unbounded")  # drawn always: no draw may depend on the host
+        if host_ctx is not None and not self.bounded(host_ctx):
+            self.env.stats.injected += 1
+            assert self._set_metadata(ctx, json.dumps({"n-predict": k}).encode()) == 0
+            assert self.bounded(host_ctx)
+        self._simple("compute", ctx)
+
+    @rule(ctx=contexts)
+    def compute_single(self, ctx: int) -> None:
+        """``compute_single``."""
+        self._simple("compute_single", ctx)
+
+    @rule(ctx=contexts)
+    def fini_single(self, ctx: int) -> None:
+        """``fini_single``."""
+        self._fini_single(ctx)
+
+    def _fini_single(self, ctx: int) -> None:
+        rc = self._simple("fini_single", ctx)
+        assert rc == (0 if ctx in self.live_contexts else 1), f"fini_single({ctx}) gave {rc}"
+
+    def _simple(self, name: str, ctx: int) -> int:
+        rc = self.call(name, ctx)
+        if ctx not in self.live_contexts:
+            assert rc == 1, f"{name}({ctx}) on a dead context gave {rc}"
+        self.expect(name, (ctx,), rc)
+        return rc
+
+    @rule(data=st.data(), ctx=contexts, index=indices)
+    def get_output(self, data: st.DataObject, ctx: int, index: int) -> None:
+        """``get_output`` with exact, short, huge or hostile buffers."""
+        self._get_output(data, "get_output", ctx, index)
+
+    @rule(data=st.data(), ctx=contexts, index=indices)
+    def get_output_single(self, data: st.DataObject, ctx: int, index: int) -> None:
+        """``get_output_single`` with exact, short, huge or hostile buffers."""
+        self._get_output(data, "get_output_single", ctx, index)
+
+    # -- any handle-taking import with a random handle (0..5 are often live: handles start at 0) --
+
+    @rule(target=contexts, data=st.data(), name=st.sampled_from(HANDLE_IMPORTS), handle=random_handles, index=indices)
+    def random_handle_call(self, data: st.DataObject, name: str, handle: int, index: int) -> Any:
+        """Any handle import with a random, possibly dead, handle."""
+        if name == "init_execution_context":
+            return self._init(data, handle)
+        if name == "unload":
+            self._unload(handle)
+        elif name == "finalize_execution_context":
+            self._finalize(handle)
+        elif name == "set_input":
+            self._set_input(data, handle, index)
+        elif name == "compute":
+            self._compute(data, handle)
+        elif name == "fini_single":
+            self._fini_single(handle)
+        elif name == "compute_single":
+            self._simple(name, handle)
+        else:
+            self._get_output(data, name, handle, index)
+        return multiple()
+
+    def _get_output(self, data: st.DataObject, name: str, ctx: int, index: int) -> None:
+        self.draw_wild(data)
+        host_ctx = self.state.contexts.get(ctx)
+        expected: bytes | None = None
+        if host_ctx is not None:  # what the host will copy out, from its own state
+            expected = host_ctx.get_output(index) if name == "get_output" else host_ctx.get_output_single(index)
+        # The output's length depends on the host (timings, sampling), so nothing drawn below may
+        # depend on it: draw choices and raw numbers, then compute the arguments from them.
+        guess = data.draw(st.integers(0, 64), label="size if dead")
+        n = len(expected) if expected is not None else guess
+        size_kind = data.draw(
+            st.sampled_from(["exact", "more", "24576", "one short"])
+            if not self.wild
+            else st.sampled_from(
+                ["exact", "more", "24576", "exact", "more", "zero", "one short", "one more", "mem", "u32", "random"]
+            ),
+            label="out_max kind",
+        )
+        raw = data.draw(u32s, label="raw")
+        out_max = {
+            "exact": n,
+            "more": n + raw % 4097,
+            "24576": max(24576, n),
+            "zero": 0,
+            "one short": max(n - 1, 0),
+            "one more": n + 1,
+            "mem": MEM,
+            "u32": U32,
+            "random": raw,
+        }[size_kind]
+        place = data.draw(
+            st.sampled_from(["inside"])
+            if not self.wild
+            else st.sampled_from(["inside", "inside", "inside", "at end", "one past end", "zero", "u32", "random"]),
+            label="out_ptr kind",
+        )
+        room = max(MEM - min(out_max, MEM), 0)
+        out_ptr = {
+            "inside": raw % (room + 1),
+            "at end": room,
+            "one past end": room + 1,
+            "zero": 0,
+            "u32": U32,
+            "random": (raw * 2654435761) & U32,
+        }[place]
+        written_ptr = data.draw(
+            weighted(
+                (8, ptr_for(4, self.wild)),
+                (1, st.integers(0, 3).map(lambda d: -1 - d)),  # inside the output buffer (resolved below)
+            ),
+            label="written_ptr",
+        )
+        if written_ptr < 0:
+            written_ptr = (out_ptr - 1 - written_ptr) & U32
+        args = (ctx, index, out_ptr, out_max, written_ptr)
+        rc = self.call(name, *args)
+        if expected is None:
+            assert rc == 1, f"{name}{args} on a dead context gave {rc}"
+            self.expect(name, args, rc)
+            return
+        pointers_ok = _contains(out_ptr, out_max) and _contains(written_ptr, 4)
+        want = (0 if len(expected) <= out_max else 7) if pointers_ok else 1
+        assert rc == want, f"{name}{args}: output of {len(expected)} bytes, errno {rc}, expected {want}"
+        size = struct.pack("<I", len(expected))
+        if rc == 0:
+            overlap = out_ptr < written_ptr + 4 and written_ptr < out_ptr + len(expected)
+            if not overlap:
+                assert self.read(out_ptr, len(expected)) == expected, (
+                    f"{name}: the bytes written differ from the output"
+                )
+                assert self.read(written_ptr, 4) == size, f"{name}: the size reported differs from the bytes written"
+            if index == 1:
+                head = json.loads(expected)
+                assert list(head)[:4] == ["input_tokens", "output_tokens", "llama_build_number", "llama_commit"]
+            self.expect(name, args, rc, [(out_ptr, expected), (written_ptr, size)])
+        elif rc == 7:
+            self.expect(name, args, rc, [(written_ptr, size)])
+        else:
+            self.expect(name, args, rc, optional=[(written_ptr, size)] if _contains(written_ptr, 4) else [])
+
+
+def machine_for(env: FuzzEnv) -> type[AbiFuzzMachine]:
+    """The state machine class bound to ``env``."""
+    return type("AbiFuzz", (AbiFuzzMachine,), {"ENV": env})
+
+
+def fuzz_settings(examples: int, steps: int, *, derandomize: bool, shrink: bool = True) -> settings:
+    """Hypothesis settings for a run of ``examples`` sequences of up to ``steps`` calls."""
+    phases = [p for p in Phase if shrink or p not in (Phase.shrink, Phase.explain)]
+    return settings(
+        phases=phases,
+        max_examples=examples,
+        stateful_step_count=steps,
+        deadline=None,
+        derandomize=derandomize,
+        database=None,
+        print_blob=False,
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.filter_too_much,
+            HealthCheck.data_too_large,
+            HealthCheck.large_base_example,
+        ],
+    )
+
+
+def run_fuzz(env: FuzzEnv, examples: int, steps: int, *, seed: int | None = None, shrink: bool = True) -> FuzzStats:
+    """Run the machine: derandomized when ``seed`` is None, else from that seed.  Raises on a failure
+    (hypothesis prints the shrunk call sequence)."""
+    import hypothesis
+
+    test = get_state_machine_test(
+        machine_for(env), settings=fuzz_settings(examples, steps, derandomize=seed is None, shrink=shrink)
+    )
+    if seed is not None:
+        test = hypothesis.seed(seed)(test)
+    host_log = logging.getLogger("wasinn_host")
+    level = host_log.level
+    host_log.setLevel(logging.ERROR)  # one warning per rejected call would dominate the run time
+    host_log.addHandler(env.errors)
+    try:
+        test()
+    finally:
+        host_log.removeHandler(env.errors)
+        host_log.setLevel(level)
+    return env.stats
