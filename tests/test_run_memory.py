@@ -15,7 +15,7 @@ import wasmtime
 
 from wasinn_host import RunOptions, WasiNN
 from wasinn_host.core.preload import Preload
-from wasinn_host.guest import native_func
+from wasinn_host.guest import callbacks
 from wasinn_host.models import DEMO_MODEL_PATH
 from wasinn_host.testing.demo_data import IM_END, IM_START
 
@@ -88,7 +88,7 @@ def test_a_thousand_runs_hold_no_more_memory(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "out.txt"
     options = RunOptions(env={"n_predict": "8"}, stdout=str(out), stdin=os.devnull)
     rss: list[int] = []
-    callbacks: list[int] = []
+    kept: list[int] = []
     started = time.perf_counter()
     try:
         for run in range(RUNS):
@@ -97,12 +97,12 @@ def test_a_thousand_runs_hold_no_more_memory(tmp_path: pathlib.Path) -> None:
                 assert out.read_text() == f"42{IM_END}", f"run {run}"
             if run + 1 in (WARM_UP, RUNS):
                 rss.append(rss_bytes())
-                callbacks.append(len(native_func._KEEP_ALIVE))
+                kept.append(len(callbacks.KEPT))
     finally:
         nn.close()
     elapsed = time.perf_counter() - started
     growth = rss[1] - rss[0]
     per_run = growth / (RUNS - WARM_UP)
     print(f"{RUNS} runs in {elapsed:.1f} s; RSS {rss[0] >> 20} -> {rss[1] >> 20} MiB ({per_run / 1000:.1f} kB a run)")
-    assert callbacks[1] <= callbacks[0], callbacks  # the host functions of finished runs are released
+    assert kept[1] <= kept[0], kept  # the host functions of finished runs are released
     assert growth < MAX_GROWTH, f"RSS grew {growth / 2**20:.1f} MiB over {RUNS - WARM_UP} runs"

@@ -48,7 +48,7 @@ import wasmtime
 import wasmtime.component as cm
 
 from wasinn_host import RunOptions, WasiNN
-from wasinn_host.guest import fast_calls
+from wasinn_host.guest import callbacks, fast_calls
 from wasinn_host.launch.compile_cache import CompileCache
 from wasinn_host.launch.guest_load import COMPONENT_HEADER
 from wasinn_host.wit.imports import WitNNImports
@@ -165,7 +165,7 @@ def _define_raw(instance: cm.LinkerInstance, name: str, callback: Callable[..., 
     _KEEP_ALIVE.append(native)
     encoded = name.encode()
     error = wasmtime._ffi.wasmtime_component_linker_instance_add_func(
-        instance.ptr(), ctypes.create_string_buffer(encoded), len(encoded), native, None, fast_calls._no_finalizer
+        instance.ptr(), ctypes.create_string_buffer(encoded), len(encoded), native, None, callbacks.no_finalizer
     )
     assert not error
 

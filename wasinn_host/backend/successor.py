@@ -10,6 +10,24 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+__all__ = [
+    "BOS_ID",
+    "BYTE_TOKEN_OFFSET",
+    "CHAR_TOKEN_OFFSET",
+    "EOS_ID",
+    "FIRST_PRINTABLE",
+    "LAST_PRINTABLE",
+    "SUCCESSOR_VOCAB_SIZE",
+    "UNK_ID",
+    "byte_token_id",
+    "char_token_id",
+    "successor_ends_with_eos",
+    "successor_of",
+    "successor_text",
+    "successor_tokenize",
+    "successor_tokens",
+]
+
 UNK_ID = 0
 BOS_ID = 1
 EOS_ID = 2

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import orjson
 
+from .tokens import common_prefix
+
 MAGIC = b"WNNKV\x00\x01\n"
 TEMP_PREFIX = ".tmp-"
 """Temporary files being written (never read as entries; stale ones are removed by eviction)."""
@@ -207,7 +209,7 @@ def shared_prefix(info: EntryInfo, tokens: list[int] | tuple[int, ...]) -> int:
     """How many leading tokens the entry shares with ``tokens``: read from the file in chunks, never
     more of them than ``tokens`` has (EntryError if the file cannot be read)."""
     limit = min(info.n_tokens, len(tokens))
-    common = _common(info.head, tokens)
+    common = common_prefix(info.head, tokens)
     if common < len(info.head) or common >= limit:
         return min(common, limit)
     fd = _open_version(info)
@@ -216,7 +218,7 @@ def shared_prefix(info: EntryInfo, tokens: list[int] | tuple[int, ...]) -> int:
         while common < limit:
             count = min(step, limit - common)
             chunk = _tokens_from(_read_at(fd, info.tokens_at + 4 * common, 4 * count))
-            same = _common(chunk, tokens[common : common + count])
+            same = common_prefix(chunk, tokens[common : common + count])
             common += same
             if same < count:
                 break
@@ -287,14 +289,3 @@ def read_state(info: EntryInfo, prefix: list[int] | tuple[int, ...] = ()) -> mem
     if not same or checked < len(expected):
         raise EntryError("model or tokens differ from its index entry", corrupt=False)
     return view
-
-
-def _common(a: tuple[int, ...] | list[int], b: tuple[int, ...] | list[int]) -> int:
-    """Length of the common prefix of two token sequences."""
-    n = min(len(a), len(b))
-    if tuple(a[:n]) == tuple(b[:n]):
-        return n
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i

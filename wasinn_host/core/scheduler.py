@@ -50,6 +50,7 @@ from .ngram_drafts import NgramDrafter, match_acceptance
 from .params import SamplingParams
 from .prompt_cache import ModelPromptCache, Prefetched, log_ignored_name
 from .runtime import Context, Model, Sampler
+from .tokens import common_prefix
 
 log = logging.getLogger("wasinn_host")
 
@@ -903,14 +904,3 @@ def cut_at_stop(text: bytearray, stops: tuple[str, ...], new_bytes: int) -> bool
             del text[at:]
             return True
     return False
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the common prefix (the usual cases, one list extending the other, at C speed)."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i

@@ -12,18 +12,19 @@ from typing import Any, Callable, Iterable, Sequence
 
 from ..backend.protocol import Backend, BackendGraph
 from ..core.config import ParsedConfig
-from ..core.errors import ErrorKind, WasiNNError, invalid
+from ..core.errors import ErrorKind, invalid
 from ..core.limits import Limits
 from ..guest.files import give_image_reader, with_guest_projector
 from ..guest.memory import U32_MASK
 from ..guest.native_func import MemoryRef
-from ..guest.stdout import PieceSink, guarded, inherited_stdout
+from ..guest.scope import GuestScope
+from ..guest.stdout import PieceSink, inherited_stdout
 from ..guest.store_tables import ContextCounter
 from .execution import ExecutionContext
 
 
-class HandleTables:
-    """One Store's graphs and execution contexts."""
+class HandleTables(GuestScope):
+    """One Store's graphs and execution contexts (or one RPC session's), numbered as the ABI's handles."""
 
     def __init__(
         self,
@@ -33,13 +34,7 @@ class HandleTables:
         dirs: Sequence[tuple[str, str]] = (),
         stdout: PieceSink = inherited_stdout,
     ) -> None:
-        self.limits = limits
-        self.stdout = guarded(stdout, "the guest's stdout")
-        """Receives the ``stream-stdout`` pieces of this Store's computes (where its guest's stdout goes)."""
-        self.dirs = tuple(dirs)
-        """The guest's preopened (host dir, guest dir) pairs: where its ``image`` and ``mmproj`` files may be."""
-        self.allowed = frozenset(allowed) if allowed is not None else None
-        self._counter = counter
+        super().__init__(limits, counter, allowed, dirs, stdout, "the guest's stdout")
         self.graphs: dict[int, BackendGraph] = {}
         self.contexts: dict[int, ExecutionContext] = {}
         self.by_name: dict[str, int] = {}
@@ -73,15 +68,6 @@ class HandleTables:
                 self._current.forget_metadata()
             self._current = context
         return context
-
-    def check_name(self, name: str) -> None:
-        """Refuse (not found) a model name this guest may not load."""
-        if self.allowed is not None and name not in self.allowed:
-            raise WasiNNError(
-                ErrorKind.NOT_FOUND,
-                f"model name {name!r} is not allowed for this guest; "
-                f"allowed: {', '.join(sorted(self.allowed)) or '(none)'}",
-            )
 
     def load_named(self, backend: Backend, name: str, config: ParsedConfig, reuse: bool = True) -> int:
         """The handle of ``name`` loaded with ``config``; with ``reuse``, the cached handle of an

@@ -17,8 +17,8 @@ each to a 32-byte C value and back, and lowers results element by element (about
 and out here, see the README).  Those 80 MB of short-lived buffers are fresh pages from the kernel
 on every call unless the C library keeps freed memory: :func:`keep_list_heap` asks glibc to.
 
-Each callback is released by wasmtime's finalizer of its function (when the last Linker and
-Store holding it are dropped), so Linkers made and dropped again hold no callbacks.  Every other
+Each callback is released by wasmtime's finalizer of its function (:mod:`.callbacks`), so Linkers
+made and dropped again hold no callbacks.  Every other
 parameter and result goes through wasmtime-py's own conversions (resources, variants, enums,
 strings).  Only the private ``wasmtime._ffi`` handle and the ``catch_exceptions`` helper of the
 pinned wasmtime-py release are used, as :mod:`.native_func` does.
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import itertools
 import platform
 import sys
 from typing import Any, Callable
@@ -38,6 +37,8 @@ from wasmtime import StoreContext, WasmtimeError
 from wasmtime import _ffi as ffi
 from wasmtime.component import U8, FuncType, LinkerInstance, ListType, ValType
 from wasmtime.component._enter import catch_exceptions
+
+from . import callbacks
 
 VAL_SIZE = ctypes.sizeof(ffi.wasmtime_component_val_t)
 PAYLOAD_OFFSET = ffi.wasmtime_component_val_t.of.offset
@@ -52,26 +53,6 @@ DEFAULT_HEAP_PAD = 128 << 20
 HostFunc = Callable[..., Any]
 """Called as ``func(store, *args)``; ``list<u8>`` arguments arrive as ``bytes`` (``list<list<u8>>``
 as a list of ``bytes``), a ``list<u8>`` result may be ``bytes``, ``bytearray`` or ``memoryview``."""
-
-_KEEP_ALIVE: dict[int, object] = {}
-"""The callbacks wasmtime may still call, by their ``data`` number (each is released by its finalizer)."""
-_NEXT_DATA = itertools.count(1)
-
-
-def _release(data: int | None, live: dict[int, object] = _KEEP_ALIVE) -> None:
-    """The finalizer wasmtime runs for a host function: no Linker or Store holds it any more."""
-    live.pop(data or 0, None)
-
-
-_RELEASE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_release)
-ctypes.pythonapi.Py_IncRef(ctypes.py_object(_RELEASE))
-"""Never freed: wasmtime may call it while the interpreter shuts down (a Linker freed late)."""
-
-
-@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-def _no_finalizer(_data: int) -> None:
-    """A finalizer that does nothing (for callbacks kept alive by their owner, as a benchmark's)."""
-    return None
 
 
 def _slots(address: int, count: int) -> np.ndarray:
@@ -240,12 +221,11 @@ def add_fast_func(instance: LinkerInstance, name: str, func: HostFunc) -> None:
         return int(catch_exceptions(context, run))
 
     native = ffi.wasmtime_component_func_callback_t(callback)
-    data = next(_NEXT_DATA)
-    _KEEP_ALIVE[data] = native
+    data = callbacks.keep(native)
     encoded = name.encode()
     error = ffi.wasmtime_component_linker_instance_add_func(
-        instance.ptr(), ctypes.create_string_buffer(encoded), len(encoded), native, data, _RELEASE
+        instance.ptr(), ctypes.create_string_buffer(encoded), len(encoded), native, data, callbacks.RELEASE
     )
     if error:  # wasmtime ran the finalizer already, or never will
-        _KEEP_ALIVE.pop(data, None)
+        callbacks.forget(data)
         raise WasmtimeError._from_ptr(error)

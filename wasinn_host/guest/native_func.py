@@ -8,10 +8,8 @@ only ``i32`` values and return one, so this module registers a ctypes callback w
 in one copy, calls a Python function ``(caller_ptr, context_address, *args) -> int``
 and writes the result back in place.
 
-Each callback lives as long as wasmtime's function does, not longer: it is registered
-with an ``env`` number and wasmtime's finalizer for that function (run when the last
-Linker and Store holding it are dropped) releases it, so an embedding process that
-makes a Linker per run holds no callbacks of finished runs.
+Each callback lives as long as wasmtime's function does, not longer (:mod:`.callbacks`), so an
+embedding process that makes a Linker per run holds no callbacks of finished runs.
 
 Only the private ``wasmtime._ffi`` handle of the pinned wasmtime-py release is used;
 new function objects are made from the shared library so wasmtime-py's own
@@ -21,17 +19,18 @@ prototypes are left untouched.
 from __future__ import annotations
 
 import ctypes
-import itertools
 import struct
 from typing import Any, Callable
 
 import wasmtime
 from wasmtime import _ffi as ffi
 
+from . import callbacks
+from .callbacks import FINALIZER
+
 _dll = ffi.dll
 
 CALLBACK = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
-FINALIZER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 VAL_RAW_SIZE = ctypes.sizeof(ffi.wasmtime_val_raw_t)
 
 
@@ -61,20 +60,6 @@ memory_size = _function("wasmtime_memory_data_size", ctypes.c_size_t, ctypes.c_v
 _export_get = _function(
     "wasmtime_caller_export_get", ctypes.c_bool, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_void_p
 )
-
-_KEEP_ALIVE: dict[int, object] = {}
-"""The callbacks wasmtime may still call, by their ``env`` number (each is released by its finalizer)."""
-_NEXT_ENV = itertools.count(1)
-
-
-def _release(env: int | None, live: dict[int, object] = _KEEP_ALIVE) -> None:
-    """The finalizer wasmtime runs for a host function: no Linker or Store holds it any more."""
-    live.pop(env or 0, None)
-
-
-_RELEASE = FINALIZER(_release)
-ctypes.pythonapi.Py_IncRef(ctypes.py_object(_RELEASE))
-"""Never freed: wasmtime may call it while the interpreter shuts down (a Linker freed late)."""
 
 
 class MemoryRef:
@@ -137,8 +122,7 @@ def define_i32_func(linker: wasmtime.Linker, module: str, name: str, arity: int,
     i32 = wasmtime.ValType.i32()
     functype = wasmtime.FuncType([i32] * arity, [i32])  # copied by wasmtime
     module_b, name_b = module.encode(), name.encode()
-    env = next(_NEXT_ENV)
-    _KEEP_ALIVE[env] = native
+    env = callbacks.keep(native)
     error = _define_unchecked(
         linker.ptr(),
         module_b,
@@ -148,8 +132,8 @@ def define_i32_func(linker: wasmtime.Linker, module: str, name: str, arity: int,
         ctypes.cast(functype.ptr(), ctypes.c_void_p),
         native,
         env,
-        _RELEASE,
+        callbacks.RELEASE,
     )
     if error:  # wasmtime ran the finalizer already (it drops what it was given)
-        _KEEP_ALIVE.pop(env, None)
+        callbacks.forget(env)
         raise wasmtime.WasmtimeError._from_ptr(ctypes.cast(error, ctypes.POINTER(ffi.wasmtime_error_t)))

@@ -6,8 +6,8 @@ an interrupt could never reach), each Store gets a short one and an epoch-deadli
 engine's epoch the callback looks at the run's :class:`GuestStop`; when the run was interrupted
 (Ctrl-C) or its time limit passed, it returns an error and the guest traps with that message;
 otherwise the guest goes on for another :data:`CHECK_TICKS`.  Something must advance the
-engine's epoch (:class:`~wasinn_host.launch.runner.EpochTicker`); a guest blocked in a host call is stopped by cancelling
-its inference (``WasiNN.cancel_all``), after which its wasm traps at the next check.
+engine's epoch (:class:`~wasinn_host.launch.runner.EpochTicker`); a guest blocked in a host call is
+stopped by cancelling its inference (``WasiNN.cancel_all``), after which its wasm traps at the next check.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from typing import Any
 
 import wasmtime
 from wasmtime import _ffi as ffi
+
+from ..guest.callbacks import no_finalizer
 
 CHECK_TICKS = 5
 """Epoch ticks between two checks of a Store (with the runner's 10 ms tick: 50 ms)."""
@@ -32,7 +34,6 @@ _CALLBACK = ctypes.CFUNCTYPE(
     ctypes.POINTER(ctypes.c_uint64),
     ctypes.POINTER(ctypes.c_uint8),
 )
-_FINALIZER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _CONTINUE = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE
 
 
@@ -77,7 +78,7 @@ class GuestStop:
             kind[0] = _CONTINUE
             return 0
 
-        callback, finalizer = _CALLBACK(check), _FINALIZER(lambda _data: None)
+        callback, finalizer = _CALLBACK(check), no_finalizer
         ffi.wasmtime_store_epoch_deadline_callback(store.ptr(), callback, None, finalizer)
         store.set_epoch_deadline(CHECK_TICKS)
         return callback, finalizer

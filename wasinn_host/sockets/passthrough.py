@@ -18,6 +18,7 @@ import wasmtime
 from wasmtime import _ffi as ffi
 
 from ..guest.native_func import GuestTrap
+from ..guest.wasm_errors import first_line
 
 WASI = "wasi_snapshot_preview1"
 I32_FUNCS: dict[str, int] = {
@@ -81,7 +82,7 @@ class PassThrough:
         try:
             result = self._funcs[name](caller, *args)
         except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
-            raise GuestTrap(_first_line(exc)) from None
+            raise GuestTrap(first_line(exc)) from None
         assert isinstance(result, int)
         return result
 
@@ -89,10 +90,3 @@ class PassThrough:
 def caller_object(caller: int) -> wasmtime.Caller:
     """A wasmtime-py ``Caller`` for a raw ``wasmtime_caller_t`` pointer (valid during the host call)."""
     return wasmtime.Caller(ctypes.cast(caller, ctypes.POINTER(ffi.wasmtime_caller_t)))
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    if "Caused by:" in lines and lines.index("Caused by:") + 1 < len(lines):
-        return lines[-1]
-    return lines[0] if lines else type(exc).__name__

@@ -13,10 +13,11 @@ from collections import Counter
 from typing import Any, Iterable, Sequence, TypeVar
 
 from ..backend.protocol import BackendContext, BackendGraph
-from ..core.errors import ErrorKind, WasiNNError, invalid
+from ..core.errors import ErrorKind, invalid
 from ..core.limits import Limits
 from ..guest.files import give_image_reader
-from ..guest.stdout import PieceSink, guarded, inherited_stdout
+from ..guest.scope import GuestScope
+from ..guest.stdout import PieceSink, inherited_stdout
 from ..guest.store_tables import ContextCounter
 from .error_code import ErrorCode
 from .tensors import HostTensor
@@ -34,7 +35,7 @@ TENSOR_STREAM = "tensor-stream"
 tables as ``wasi:nn``'s, its streams in their own."""
 
 
-class ComponentState:
+class ComponentState(GuestScope):
     """The resource tables of one Store, with the limits and model-name allow-list of its guest."""
 
     def __init__(
@@ -45,13 +46,7 @@ class ComponentState:
         dirs: Sequence[tuple[str, str]] = (),
         stdout: PieceSink = inherited_stdout,
     ) -> None:
-        self.limits = limits
-        self.stdout = guarded(stdout, "the component's stdout")
-        """Receives the ``stream-stdout`` pieces of this Store's computes (where its guest's stdout goes)."""
-        self.allowed = frozenset(allowed) if allowed is not None else None
-        self.dirs = list(dirs)
-        """The (host, guest) directories preopened for the component: where its ``image`` key may point."""
-        self._counter = counter
+        super().__init__(limits, counter, allowed, dirs, stdout, "the component's stdout")
         self._lock = threading.Lock()
         self._next = 1
         self.tensors: dict[int, HostTensor] = {}
@@ -158,14 +153,6 @@ class ComponentState:
     def error(self, rep: int) -> tuple[ErrorCode, str]:
         """The code and message of the error behind ``rep``."""
         return self._get(self.errors, rep, "error")
-
-    def check_name(self, name: str) -> None:
-        """Refuse (not found) a model name this guest may not load."""
-        if self.allowed is not None and name not in self.allowed:
-            allowed = ", ".join(sorted(self.allowed)) or "(none)"
-            raise WasiNNError(
-                ErrorKind.NOT_FOUND, f"model name {name!r} is not allowed for this guest; allowed: {allowed}"
-            )
 
     def drop(self, kind: str, rep: int) -> None:
         """The guest dropped its handle: free what is behind it."""

@@ -51,12 +51,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import wasmtime
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
-    get_state_machine_test,
     initialize,
     invariant,
     multiple,
@@ -71,6 +70,7 @@ from wasinn_host.ephemeral.imports import SIGNATURES
 from wasinn_host.guest.stdout import python_stdout
 from wasinn_host.guest.store_tables import store_key
 from wasinn_host.testing.abi_guest import PAGE, AbiGuest, abi_guest_wat
+from wasinn_host.testing.fuzz.runs import run_machine
 from wasinn_host.testing.gguf_models import SUCCESSOR_VOCAB_SIZE, char_token_id, write_successor_model
 
 U32 = 0xFFFF_FFFF
@@ -1149,43 +1149,15 @@ def machine_for(env: FuzzEnv) -> type[AbiFuzzMachine]:
     return type("AbiFuzz", (AbiFuzzMachine,), {"ENV": env})
 
 
-def fuzz_settings(examples: int, steps: int, *, derandomize: bool, shrink: bool = True) -> settings:
-    """Hypothesis settings for a run of ``examples`` sequences of up to ``steps`` calls."""
-    phases = [p for p in Phase if shrink or p not in (Phase.shrink, Phase.explain)]
-    return settings(
-        phases=phases,
-        max_examples=examples,
-        stateful_step_count=steps,
-        deadline=None,
-        derandomize=derandomize,
-        database=None,
-        print_blob=False,
-        suppress_health_check=[
-            HealthCheck.too_slow,
-            HealthCheck.filter_too_much,
-            HealthCheck.data_too_large,
-            HealthCheck.large_base_example,
-        ],
-    )
+SLOW = (HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large, HealthCheck.large_base_example)
+"""The health checks this machine's runs turn off (its calls are slow and its data large by design)."""
 
 
 def run_fuzz(env: FuzzEnv, examples: int, steps: int, *, seed: int | None = None, shrink: bool = True) -> FuzzStats:
     """Run the machine: derandomized when ``seed`` is None, else from that seed.  Raises on a failure
     (hypothesis prints the shrunk call sequence)."""
-    import hypothesis
-
-    test = get_state_machine_test(
-        machine_for(env), settings=fuzz_settings(examples, steps, derandomize=seed is None, shrink=shrink)
+    # one warning per rejected call would dominate the run time: only errors are logged (and checked)
+    run_machine(
+        machine_for(env), examples, steps, seed=seed, shrink=shrink, log=env.errors, level=logging.ERROR, suppress=SLOW
     )
-    if seed is not None:
-        test = hypothesis.seed(seed)(test)
-    host_log = logging.getLogger("wasinn_host")
-    level = host_log.level
-    host_log.setLevel(logging.ERROR)  # one warning per rejected call would dominate the run time
-    host_log.addHandler(env.errors)
-    try:
-        test()
-    finally:
-        host_log.removeHandler(env.errors)
-        host_log.setLevel(level)
     return env.stats

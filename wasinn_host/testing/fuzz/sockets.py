@@ -45,14 +45,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 import wasmtime
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, initialize, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from wasinn_host.guest.store_tables import store_key
 from wasinn_host.sockets.constants import WasiErrno
 from wasinn_host.sockets.linking import PASS_THROUGH
 from wasinn_host.sockets.table import SOCKET_FD_BASE, SocketState
+from wasinn_host.testing.fuzz.runs import run_machine
 from wasinn_host.testing.fuzz.socket_env import SocketFuzzEnv, SocketFuzzStats, make_env
 from wasinn_host.testing.fuzz.socket_ranges import writable_ranges
 from wasinn_host.testing.fuzz.socket_values import (
@@ -609,44 +609,22 @@ def machine_for(env: SocketFuzzEnv) -> type[SocketFuzzMachine]:
     return type("SocketFuzz", (SocketFuzzMachine,), {"ENV": env})
 
 
-def fuzz_settings(examples: int, steps: int, *, derandomize: bool, shrink: bool = True) -> settings:
-    """Hypothesis settings for ``examples`` sequences of up to ``steps`` calls."""
-    phases = [p for p in Phase if shrink or p not in (Phase.shrink, Phase.explain)]
-    return settings(
-        phases=phases,
-        max_examples=examples,
-        stateful_step_count=steps,
-        deadline=None,
-        derandomize=derandomize,
-        database=None,
-        print_blob=False,
-        suppress_health_check=list(HealthCheck),
-    )
-
-
 def run_socket_fuzz(
     env: SocketFuzzEnv, examples: int, steps: int, *, seed: int | None = None, shrink: bool = True
 ) -> SocketFuzzStats:
     """Run the machine: derandomized when ``seed`` is None, else from that seed.  Raises on a failure
     (hypothesis prints the shrunk call sequence)."""
-    import hypothesis
-
-    test = get_state_machine_test(
-        machine_for(env), settings=fuzz_settings(examples, steps, derandomize=seed is None, shrink=shrink)
+    # the log lines are checked here, not printed (thousands of refusals)
+    run_machine(
+        machine_for(env),
+        examples,
+        steps,
+        seed=seed,
+        shrink=shrink,
+        log=env.logs,
+        level=logging.WARNING,
+        propagate=False,
     )
-    if seed is not None:
-        test = hypothesis.seed(seed)(test)
-    host_log = logging.getLogger("wasinn_host")
-    level, propagate = host_log.level, host_log.propagate
-    host_log.setLevel(logging.WARNING)
-    host_log.propagate = False  # the lines are checked here, not printed (thousands of refusals)
-    host_log.addHandler(env.logs)
-    try:
-        test()
-    finally:
-        host_log.removeHandler(env.logs)
-        host_log.setLevel(level)
-        host_log.propagate = propagate
     return env.stats
 
 
