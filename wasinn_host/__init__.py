@@ -1,41 +1,97 @@
 """wasinn-host: WasmEdge-compatible WASI-NN (GGML / llama.cpp) for wasmtime-py guests.
 
-Public API: :class:`WasiNN` (add the imports to a Linker, or run a module in one call),
-:class:`Session`, :class:`ModelRegistry`, :class:`Limits`, :class:`Preload` /
-:func:`parse_preload`, :class:`WasiNNError` with its :class:`ErrorKind`, and :class:`Errno`
-(the guest's return codes).
+Public API (``__all__``): :class:`WasiNN` (add the imports to a Linker, or run a module in one call)
+with its :class:`RunOptions`, :class:`Session` (an execution context from Python), :class:`GuestStdout`,
+:class:`ModelRegistry` / :func:`default_registry`, :class:`Preload` / :func:`parse_preload`,
+:class:`Limits`, :class:`PromptCache`, :class:`SocketPolicy`, :class:`ClientOptions` (for ``rpc=``),
+:class:`LocalBackend` and :func:`fake_backend`, the ``wasinn_run`` fixture's types :class:`RunGuest` and
+:class:`GuestResult`, and the errors: :class:`WasiNNError` with its :class:`ErrorKind`, :class:`Errno`
+(the guest's return codes), :class:`GuestError`, :class:`PreloadError`.  Everything else is private by
+name or by package.
 
-Layout: ``core/`` (parameters, config, registry, engine, llama.cpp runtime, contexts),
-``backend/`` (the protocol front ends talk to; local and fake implementations),
-``ephemeral/`` (the ``wasi_ephemeral_nn`` front end), ``observability/`` (status, metrics,
-logging) and ``testing/`` (test models and guests).
+Layout, top layer first; a package imports only the packages below it (``tests/test_layers.py``):
+
+1. ``cli/``: the ``wasinn`` command, one module per subcommand.
+2. ``pytest_plugin.py`` and ``testing/``: the ``wasinn_run`` fixture, test models, the fuzzers
+   (``testing/fuzz/``, which need ``hypothesis``).
+3. ``host.py`` (:class:`WasiNN`: the front ends on a Linker, and running a guest) and ``session.py``.
+4. ``launch/``: compiling guests, running them in Stores (N at once, deadlines, Ctrl-C).
+5. The front ends, which never import each other: ``ephemeral/`` (``wasi_ephemeral_nn``), ``wit/``
+   (``wasi:nn`` for components), ``rpc/`` (WASI-NN over gRPC, serving the ``wasi_ephemeral_nn`` ABI with
+   ``ephemeral/``'s rules), ``sockets/`` (WasmEdge's socket extension).
+6. ``guest/``: what the front ends share per Store (tables, guest memory, host functions, files, stdout).
+7. ``backend/``: the protocol the front ends call, the local backend, the fake one.
+8. ``llama/``: the llama.cpp backend.
+9. ``core/``: backend-neutral parameters, config, limits, registry, scheduler, inference contexts.
+10. ``observability/``: logging and metrics.
+
+``models/`` (the embedded demo model) is a leaf anyone may import.
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .backend.fake import fake_backend
+from .backend.local import LocalBackend
 from .core.errors import ErrorKind, WasiNNError
 from .core.limits import Limits
 from .core.preload import Preload, PreloadError, parse_preload
+from .core.prompt_cache import PromptCache
 from .core.registry import ModelRegistry, default_registry
 from .ephemeral.errno import Errno
-from .host import GuestError, RunOptions, WasiNN
+from .guest.stdout import GuestStdout
+from .host import WasiNN
+from .launch.guest_load import GuestError
+from .launch.guest_run import RunOptions
 from .session import Session
+from .sockets.policy import SocketPolicy
+
+if TYPE_CHECKING:
+    from .rpc.endpoint import ClientOptions
+    from .testing.guest_harness import GuestResult, RunGuest
+
+_LAZY = {
+    "ClientOptions": "wasinn_host.rpc.endpoint",
+    "GuestResult": "wasinn_host.testing.guest_harness",
+    "RunGuest": "wasinn_host.testing.guest_harness",
+}
+"""Names imported on first use: gRPC and the test harness stay out of a plain ``import wasinn_host``."""
 
 __all__ = [
+    "ClientOptions",
     "Errno",
     "ErrorKind",
     "GuestError",
+    "GuestResult",
+    "GuestStdout",
     "Limits",
+    "LocalBackend",
     "ModelRegistry",
     "Preload",
     "PreloadError",
+    "PromptCache",
+    "RunGuest",
     "RunOptions",
     "Session",
+    "SocketPolicy",
     "WasiNN",
     "WasiNNError",
     "__version__",
     "default_registry",
+    "fake_backend",
     "parse_preload",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The names of :data:`_LAZY`, imported when first asked for."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
