@@ -3,9 +3,10 @@
 Every module of ``wasinn_host`` is parsed, and every import counts wherever it is: at the top, inside a
 function (a lazy import is still a dependency) or under ``TYPE_CHECKING``.  A name imported from the
 package root (``from wasinn_host import WasiNN``) counts as an import of the module that defines it.
-The front ends share a layer and never import each other; the one exception is the gRPC server, which
-serves the ``wasi_ephemeral_nn`` ABI and so uses that ABI's rules (:data:`EXCEPTIONS`), never its wasm
-binding.  A new package must be given its place in the table.
+The front ends share a layer, never import each other and reach the models only through ``backend/``
+(never ``llama/``); the one exception is the gRPC server, which serves the ``wasi_ephemeral_nn`` ABI and
+so uses that ABI's rules (:data:`EXCEPTIONS`), never its wasm binding.  A new package must be given its
+place in the table.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ LEAVES = frozenset({"models"})
 """Imported by anyone, importing nothing of the package (the demo model's data)."""
 SAME_LAYER = frozenset({("pytest_plugin", "testing"), ("host", "session")})
 """(importer, imported) pairs of one layer that may import each other in this direction."""
+FRONT_ENDS = frozenset({"ephemeral", "wit", "rpc", "sockets"})
+FRONT_END_BELOW = frozenset({"guest", "backend", "core", "observability"})
+"""All a front end may import below it: never the llama.cpp backend (it reaches models through backend/)."""
 EXCEPTIONS = frozenset(
     {
         ("rpc", "wasinn_host.ephemeral.errno"),
@@ -98,6 +102,8 @@ def allowed(importer: str, target: str) -> bool:
         return True
     if (importer, to) in SAME_LAYER or (importer, target) in EXCEPTIONS:
         return True
+    if importer in FRONT_ENDS and to not in FRONT_END_BELOW:
+        return False
     return LAYER[to] > LAYER[importer]
 
 
@@ -156,6 +162,7 @@ PLANTED = [
     ("guest/stdout.py", "from ..launch.runner import EXIT_TRAP\n"),
     ("launch/runner.py", "from wasinn_host import WasiNN\n"),
     ("llama/runtime.py", "from ..backend.protocol import Backend\n"),
+    ("wit/llm_mapping.py", "from ..llama.bindings import llama_cpp\n"),
     ("session.py", "from .host import WasiNN\n"),
 ]
 """Imports that would undo the layout, one per kind of today's (issue 29's) upward and sideways imports."""
