@@ -17,7 +17,7 @@ Usage::
         --sequential 10000 --clients 16 --per-client 50 [--model default] [--max-tokens 16]
 
 The server is any OpenAI-compatible one, for example LlamaEdge's ``llama-api-server.wasm`` under
-``wasinn run`` (README, section Sockets).  Run it on loopback; ``openai`` is not a dependency of the
+``wasinn run`` (docs/guides/sockets.md).  Run it on loopback; ``openai`` is not a dependency of the
 package (``pip install openai``).
 """
 
