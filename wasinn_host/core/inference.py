@@ -12,13 +12,15 @@ them (an errno, a WIT error, a gRPC status) is its own business.
 from __future__ import annotations
 
 import logging
+import marshal
 import time
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from ..observability.log_setup import apply_logging_keys
+from .cold_store import Frozen
 from .config import MODEL_KEY_NAMES, ParsedConfig, as_json
 from .embedding import normalize
 from .errors import ErrorKind, WasiNNError, invalid
@@ -87,13 +89,64 @@ def open_graph(
         raise
 
 
+class Usage(NamedTuple):
+    """What the last computation's metadata reports (kept instead of its whole result)."""
+
+    stop_reason: StopReason
+    prompt_ms: float
+    generation_ms: float
+    reused_tokens: int
+    drafted_tokens: int
+    accepted_tokens: int
+    probs: list[tuple[int, list[tuple[int, float]]]]
+
+    @classmethod
+    def of(cls, result: GenerationResult) -> Usage:
+        """The usage ``result`` reports."""
+        return cls(
+            result.stop_reason,
+            result.prompt_ms,
+            result.generation_ms,
+            result.reused_tokens,
+            result.drafted_tokens,
+            result.accepted_tokens,
+            result.probs,
+        )
+
+
 class InferenceContext:
     """One conversation on a graph's model: prompt in; text, tokens, embedding and usage out.
 
     Guests built for WasmEdge keep thousands of these idle, so an idle one is small: its tokens 4 bytes
-    each, its output once (not again in ``last_result``), its parameters shared with the graph's other
+    each, its output once, its usage as a small tuple, its parameters shared with the graph's other
     contexts configured alike, and, once its model's worker evicts it, no sampler and no sequence.
+    A front end may go further and :meth:`freeze` an idle one into the spill store
+    (:mod:`~wasinn_host.core.cold_store`): only its own state goes there, as bytes.
     """
+
+    __slots__ = (
+        "graph",
+        "model",
+        "_registry",
+        "limits",
+        "busy",
+        "last_used",
+        "params",
+        "state",
+        "prompt_tokens",
+        "image_prompt",
+        "read_image",
+        "output",
+        "output_tokens",
+        "last_piece",
+        "_joiner",
+        "_embedding",
+        "streaming",
+        "closed",
+        "last_usage",
+        "last_generated",
+        "revision",
+    )
 
     def __init__(self, graph: Graph, registry: ModelRegistry, limits: Limits | None = None) -> None:
         self.graph = graph
@@ -120,8 +173,8 @@ class InferenceContext:
         self._embedding: array[float] | None = None
         self.streaming = False
         self.closed = False
-        self.last_result: GenerationResult | None = None
-        """The last computation's usage (its text, tokens and embedding moved to the context's own fields)."""
+        self.last_usage: Usage | None = None
+        """The last computation's usage (its text, tokens and embedding are the context's own fields)."""
         self.last_generated = 0
         """Tokens the last computation generated (a streaming step: one)."""
         self.revision = 0
@@ -311,9 +364,7 @@ class InferenceContext:
         if request.embed and result.error is None:
             self.embedding = normalize(result.embedding, self.params.options.embd_normalize)
         self.last_generated = len(result.generated)
-        for copied in (result.text, result.generated, result.embedding):  # the context's own now: kept once
-            copied.clear()
-        self.last_result = result
+        self.last_usage = Usage.of(result)
         self.revision += 1
         if result.error is not None:
             raise result.error
@@ -353,7 +404,7 @@ class InferenceContext:
             "llama_build_number": runtime.build_number,
             "llama_commit": runtime.commit,
         }
-        result = self.last_result
+        result = self.last_usage
         if result is None:
             return meta
         meta.update(
@@ -384,6 +435,90 @@ class InferenceContext:
     def cancel(self) -> None:
         """Abort a computation in flight (it fails with a runtime error)."""
         self.state.cancelled = True
+
+    def freeze(self) -> Frozen | None:
+        """The idle context as the spill store keeps it, or None if it cannot go there now.
+
+        It can while nothing of it is in native memory but a stream's sampler: not computing, no
+        sequence claimed and no sampler beyond the one a stream left midway keeps (its model's worker
+        evicted it), no images (their libmtmd chunks), not cancelled.  The bytes hold its prompt's and
+        output's tokens, its output, last piece, held-back bytes, embedding, stream flag, usage and
+        revision; the graph, registry, limits, image reader and parameters are shared references; the
+        stream's sampler stays in memory as ``kept``.  The model reference stays held.
+        """
+        state = self.state
+        if (
+            self.busy
+            or self.closed
+            or self.image_prompt is not None
+            or state.slot is not None
+            or state.cancelled
+            or state.closed
+            or (state.sampler is not None and not state.mid_stream)
+        ):
+            return None
+        usage = self.last_usage
+        record = (
+            None if self.prompt_tokens is None else self.prompt_tokens.tobytes(),
+            bytes(self.output),
+            self.output_tokens.tobytes(),
+            self.last_piece,
+            None if self._joiner is None else self._joiner.held,
+            None if self._embedding is None else self._embedding.tobytes(),
+            self.streaming,
+            None if usage is None else (usage.stop_reason.value, *usage[1:]),
+            self.last_generated,
+            self.revision,
+            self.last_used,
+        )
+        shared = (self.graph, self._registry, self.limits, self.read_image, self.params)
+        return Frozen(
+            InferenceContext,
+            shared,
+            tuple(map(id, shared)),
+            marshal.dumps(record),
+            state if state.sampler is not None else None,
+        )
+
+    @classmethod
+    def thaw(cls, shared: tuple[Any, ...], blob: bytes, kept: Any) -> InferenceContext:
+        """The context :meth:`freeze` gave, rebuilt (holding the model reference it kept)."""
+        prompt, output, output_tokens, last_piece, held, embedding, streaming, usage, generated, revision, used = (
+            marshal.loads(blob)
+        )
+        self = cls.__new__(cls)
+        self.graph, self._registry, self.limits, self.read_image, self.params = shared
+        self.model = self.graph.model
+        self.busy = False
+        self.last_used = used
+        self.state = kept if kept is not None else ContextState()
+        self.prompt_tokens = None if prompt is None else _int_array(prompt)
+        self.image_prompt = None
+        self.output = bytearray(output)
+        self.output_tokens = _int_array(output_tokens)
+        self.last_piece = last_piece
+        self._joiner = None
+        if held is not None:
+            self._joiner = PieceJoiner()
+            self._joiner.held = held
+        self._embedding = None
+        if embedding is not None:
+            self._embedding = array("d")
+            self._embedding.frombytes(embedding)
+        self.streaming = streaming
+        self.closed = False
+        self.last_usage = None if usage is None else Usage(StopReason(usage[0]), *usage[1:])
+        self.last_generated = generated
+        self.revision = revision
+        return self
+
+    @classmethod
+    def drop_frozen(cls, shared: tuple[Any, ...], kept: Any) -> None:
+        """Close a frozen context without rebuilding it: its stream's sampler and its model reference go."""
+        graph, registry = shared[0], shared[1]
+        if kept is not None:
+            graph.model.worker.release(kept)
+        registry.release(graph.model)
 
     def close(self) -> None:
         """Free the sequence and drop the model reference (idempotent)."""
@@ -416,3 +551,9 @@ def _loaded_value(model: LoadedModel, field: str) -> str:
     if field in ("threads", "threads_batch") and value <= 0:
         return f"the default ({model.worker.context.threads})"
     return as_json(value)
+
+
+def _int_array(data: bytes) -> array[int]:
+    tokens = array("i")
+    tokens.frombytes(data)
+    return tokens

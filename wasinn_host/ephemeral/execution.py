@@ -5,31 +5,42 @@ index the prompt or the text; ``compute`` keeps the output of a full context and
 it (context full); ``compute_single`` generates one token, ending with end-of-sequence
 or a full context; ``get_output_single`` is the last token's piece; ``fini_single`` ends a
 stream; an embedding model's output is WasmEdge's embedding JSON.
+
+A Store's least recently used idle contexts are spilled (:meth:`ExecutionContext.spill`): the backend
+context goes to the process's spill store (:mod:`~wasinn_host.core.cold_store`) and comes back, the same,
+the next time anything reads :attr:`ExecutionContext.inner`.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from ..backend.protocol import BackendContext, BackendGraph
+from ..core.cold_store import COLD_STORE
 from ..core.config import ParsedConfig, parse_config
-from ..core.errors import ErrorKind, WasiNNError
+from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.generation import GenerationResult, StopReason
 from ..guest.metadata import embedding_json, metadata_json
 
 METADATA_INDEX = 1
 _NO_METADATA: tuple[int, bytes] = (-1, b"")
+_SPILLED = "spilled"
+_SPILLED_CANCELLED = "spilled, then cancelled"
+_FINALISED = "finalised while spilled"
 
 
 class ExecutionContext:
     """One guest execution context: WasmEdge's indices and streaming calls over a backend context."""
 
+    __slots__ = ("graph", "_inner", "stdout", "_metadata", "touched")
+
     def __init__(
         self, graph: BackendGraph, inner: BackendContext, stdout: Callable[[bytes], None] | None = None
     ) -> None:
         self.graph = graph
-        self.inner = inner
+        self._inner: BackendContext | str = inner
+        """The backend context, or a marker while it is in the spill store under ``id(self)``."""
         self.stdout = stdout
         """Where ``stream-stdout`` pieces go: the guest's stdout."""
         self._metadata = _NO_METADATA
@@ -37,14 +48,53 @@ class ExecutionContext:
         """When a guest call last named this context."""
 
     @property
+    def inner(self) -> BackendContext:
+        """The backend context (taken back from the spill store if it was spilled)."""
+        inner = self._inner
+        if isinstance(inner, str):
+            with COLD_STORE.lock:
+                inner = self._inner
+                if inner is _FINALISED:
+                    raise invalid("execution context was finalised")
+                if isinstance(inner, str):
+                    thawed: BackendContext = COLD_STORE.take(id(self))
+                    self._inner = thawed
+                    if inner is _SPILLED_CANCELLED:
+                        thawed.cancel()
+                    return thawed
+        assert not isinstance(inner, str)
+        return inner
+
+    @property
+    def spilled(self) -> bool:
+        """The backend context is in the spill store now."""
+        return isinstance(self._inner, str)
+
+    def spill(self) -> bool:
+        """Put the backend context into the spill store if it is idle enough (see its ``freeze``);
+        whether it went.  Only the Store's own thread spills its contexts."""
+        with COLD_STORE.lock:
+            inner: Any = self._inner
+            freeze = getattr(inner, "freeze", None)
+            frozen = freeze() if freeze is not None else None
+            if frozen is None or not COLD_STORE.put(id(self), frozen):
+                return False
+            self.touched = max(self.touched, inner.last_used)
+            self._inner = _SPILLED
+            self._metadata = _NO_METADATA
+            return True
+
+    @property
     def busy(self) -> bool:
         """A computation is in flight."""
-        return self.inner.busy
+        inner = self._inner
+        return not isinstance(inner, str) and inner.busy
 
     @property
     def last_used(self) -> float:
         """``time.monotonic()`` of the last call naming this context or the end of its last computation."""
-        return max(self.touched, self.inner.last_used)
+        inner = self._inner
+        return self.touched if isinstance(inner, str) else max(self.touched, inner.last_used)
 
     def set_input(self, index: int, data: bytes) -> None:
         """Index 1: metadata JSON (per-context keys); any other index: the prompt."""
@@ -97,12 +147,25 @@ class ExecutionContext:
         self._metadata = _NO_METADATA
 
     def cancel(self) -> None:
-        """Abort a computation in flight."""
+        """Abort a computation in flight (a spilled context, which has none, is cancelled when taken back)."""
+        with COLD_STORE.lock:
+            if isinstance(self._inner, str):
+                self._inner = _SPILLED_CANCELLED
+                return
         self.inner.cancel()
 
     def close(self) -> None:
-        """Free the backend context."""
-        self.inner.close()
+        """Free the backend context (a spilled one without taking it back)."""
+        with COLD_STORE.lock:
+            inner = self._inner
+            if inner is _FINALISED:
+                return
+            if isinstance(inner, str):
+                self._inner = _FINALISED
+        if isinstance(inner, str):
+            COLD_STORE.drop(id(self))
+        else:
+            inner.close()
 
 
 def _raise_for_stop(result: GenerationResult) -> None:

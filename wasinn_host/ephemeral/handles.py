@@ -1,13 +1,15 @@
 """Per-Store handle tables, with the limits and the model-name allow-list of one guest.
 
 Graph and context handles are numbered from 0 in each Store and never reused, so
-another guest's handle numbers mean nothing here.
+another guest's handle numbers mean nothing here.  A Store keeps its :data:`RESIDENT_CONTEXTS` most
+recently named contexts in memory; the others are spilled (``ExecutionContext.spill``) and come back
+when named again.
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from typing import Any, Callable, Iterable, Sequence
 
 from ..backend.protocol import Backend, BackendGraph
@@ -21,6 +23,11 @@ from ..guest.scope import GuestScope
 from ..guest.stdout import PieceSink, inherited_stdout
 from ..guest.store_tables import ContextCounter
 from .execution import ExecutionContext
+
+RESIDENT_CONTEXTS = 1000
+"""Execution contexts a Store keeps in memory; beyond them the least recently named idle ones are spilled."""
+SPILL_TRIES = 4
+"""Contexts one call may try to spill (those that cannot go yet, e.g. computing, are tried again later)."""
 
 
 class HandleTables(GuestScope):
@@ -49,6 +56,9 @@ class HandleTables(GuestScope):
         """The ``read_image`` every context of this Store shares (one per Store, not one per context)."""
         self._current: ExecutionContext | None = None
         """The context the guest named last: the only one that keeps its metadata JSON cached."""
+        self.resident_contexts = RESIDENT_CONTEXTS
+        self._resident: OrderedDict[int, None] = OrderedDict()
+        """Handles of the contexts not spilled (as far as this Store knows), least recently named first."""
 
     def graph(self, handle: int) -> BackendGraph:
         """The graph behind a guest's handle, or an invalid argument."""
@@ -67,7 +77,24 @@ class HandleTables(GuestScope):
             if self._current is not None:
                 self._current.forget_metadata()
             self._current = context
+        self._named(handle & U32_MASK)
         return context
+
+    def _named(self, handle: int) -> None:
+        """``handle`` is in use (it is taken back from the spill store if it was there): the most recently
+        named; beyond ``resident_contexts`` the least recently named go to the spill store."""
+        resident = self._resident
+        try:
+            resident.move_to_end(handle)
+        except KeyError:
+            resident[handle] = None
+        tries = SPILL_TRIES
+        while len(resident) > self.resident_contexts and tries > 0:
+            tries -= 1
+            old, _ = resident.popitem(last=False)
+            context = self.contexts.get(old)
+            if context is not None and not context.spilled and not context.spill():
+                resident[old] = None  # cannot go yet (computing, warm in its model's worker, images)
 
     def load_named(self, backend: Backend, name: str, config: ParsedConfig, reuse: bool = True) -> int:
         """The handle of ``name`` loaded with ``config``; with ``reuse``, the cached handle of an
@@ -115,6 +142,7 @@ class HandleTables(GuestScope):
         self.next_context += 1
         self.contexts[handle] = context
         self._counter.add(1)
+        self._named(handle)
         return handle
 
     def finalize(self, handle: int) -> None:
@@ -124,6 +152,7 @@ class HandleTables(GuestScope):
             raise invalid(f"execution context handle {handle & U32_MASK} does not exist in this store")
         if context is self._current:
             self._current = None
+        self._resident.pop(handle & U32_MASK, None)
         self._counter.add(-1)
         context.close()
 

@@ -21,6 +21,7 @@ from typing import Callable, Iterable, Sequence
 import wasmtime
 
 from ..backend.protocol import Backend
+from ..core.cold_store import COLD_STORE
 from ..core.config import EMPTY_CONFIG, ParsedConfig, parse_config
 from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.limits import Limits
@@ -132,6 +133,7 @@ class WasiNNImports:
             "graphs": sum(len(s.graphs) for s in states),
             "max_contexts_per_store": self.limits.max_contexts_per_store,
             "max_contexts_total": self.limits.max_contexts_total,
+            **COLD_STORE.status(),
         }
 
     def reap_idle(self) -> None:
