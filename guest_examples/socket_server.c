@@ -43,44 +43,11 @@
  * Exit: 0 after /quit; 1 if a socket call fails (the line "socket error: CALL returned E" on stderr);
  *   2 wrong arguments.
  */
-#include <wasi/api.h>
+#include "http_server.h"
 
-#include "guest_common.h"
-
-#define WASI_SOCK(name) __attribute__((import_module("wasi_snapshot_preview1"), import_name(name)))
-
-typedef struct {
-    uint32_t buf;
-    uint32_t buf_len;
-} wasi_address_t;
-
-WASI_SOCK("sock_open") int32_t ws_open(int32_t family, int32_t type, uint32_t *fd);
-WASI_SOCK("sock_setsockopt")
-int32_t ws_setsockopt(int32_t fd, int32_t level, int32_t name, const void *value, uint32_t size);
-WASI_SOCK("sock_bind") int32_t ws_bind(int32_t fd, const wasi_address_t *addr, uint32_t port);
-WASI_SOCK("sock_listen") int32_t ws_listen(int32_t fd, int32_t backlog);
-WASI_SOCK("sock_accept") int32_t ws_accept(int32_t fd, uint32_t *new_fd);
-WASI_SOCK("sock_getlocaladdr")
-int32_t ws_getlocaladdr(int32_t fd, wasi_address_t *addr, uint32_t *type, uint32_t *port);
-WASI_SOCK("sock_getpeeraddr")
-int32_t ws_getpeeraddr(int32_t fd, wasi_address_t *addr, uint32_t *type, uint32_t *port);
-WASI_SOCK("sock_recv")
-int32_t ws_recv(int32_t fd, const __wasi_iovec_t *iovs, uint32_t n, uint32_t flags, uint32_t *nread,
-                uint16_t *roflags);
-WASI_SOCK("sock_send")
-int32_t ws_send(int32_t fd, const __wasi_ciovec_t *iovs, uint32_t n, uint32_t flags, uint32_t *nwritten);
-WASI_SOCK("sock_shutdown") int32_t ws_shutdown(int32_t fd, int32_t how);
-
-#define AF_INET4 1
-#define SOCK_STREAM 2
-#define SOL_SOCKET 0
-#define SO_REUSEADDR 0
-#define SHUT_RDWR 3
 #define MAX_CONNS 64
 #define IDLE_SECONDS 30 /* default of env idle_timeout */
-#define REQUEST_MAX 16384
 #define TICK_NS 250000000ull
-#define WRITE_WAIT_NS 5000000000ull
 
 typedef struct {
     int open;
@@ -88,7 +55,7 @@ typedef struct {
     unsigned id;
     uint64_t active_ns; /* when the connection was accepted or last sent bytes (monotonic clock) */
     size_t len;
-    char buf[REQUEST_MAX];
+    char buf[HTTP_REQUEST_MAX];
     char peer[32];
 } conn_t;
 
@@ -115,46 +82,6 @@ static void format_addr(const uint8_t ip[4], uint32_t port, char *out, size_t ca
     snprintf(out, cap, "%u.%u.%u.%u:%u", ip[0], ip[1], ip[2], ip[3], (unsigned)port);
 }
 
-/* Wait until fd can take more bytes (or WRITE_WAIT_NS pass). */
-static void wait_writable(uint32_t fd) {
-    __wasi_subscription_t subs[2] = {0};
-    __wasi_event_t events[2];
-    __wasi_size_t n = 0;
-    subs[0].userdata = 1;
-    subs[0].u.tag = __WASI_EVENTTYPE_FD_WRITE;
-    subs[0].u.u.fd_write.file_descriptor = fd;
-    subs[1].userdata = 2;
-    subs[1].u.tag = __WASI_EVENTTYPE_CLOCK;
-    subs[1].u.u.clock.id = __WASI_CLOCKID_MONOTONIC;
-    subs[1].u.u.clock.timeout = WRITE_WAIT_NS;
-    int32_t rc = __wasi_poll_oneoff(subs, events, 2, &n);
-    if (rc != 0) sock_fail("poll_oneoff", rc);
-}
-
-/* Send all of data: with sock_send (use_fd_write == 0) or fd_write. 0, or the errno. */
-static int32_t send_all(uint32_t fd, const char *data, size_t len, int use_fd_write) {
-    while (len > 0) {
-        __wasi_ciovec_t iov = {.buf = (const uint8_t *)data, .buf_len = len};
-        uint32_t sent = 0;
-        int32_t rc;
-        if (use_fd_write) {
-            __wasi_size_t n = 0;
-            rc = __wasi_fd_write(fd, &iov, 1, &n);
-            sent = n;
-        } else {
-            rc = ws_send(fd, &iov, 1, 0, &sent);
-        }
-        if (rc == __WASI_ERRNO_AGAIN) {
-            wait_writable(fd);
-            continue;
-        }
-        if (rc != 0) return rc;
-        data += sent;
-        len -= sent;
-    }
-    return 0;
-}
-
 static void close_conn(conn_t *c) {
     ws_shutdown(c->fd, SHUT_RDWR); /* may fail with NOTCONN when the peer has gone: fine */
     int32_t rc = __wasi_fd_close(c->fd);
@@ -165,13 +92,7 @@ static void close_conn(conn_t *c) {
 /* Headers with sock_send, then the body with fd_write. 0, or the errno of the failed write. */
 static int32_t respond(conn_t *c, int status, const char *reason, const char *body, size_t body_len,
                        int closing) {
-    char head[256];
-    int n = snprintf(head, sizeof head,
-                     "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n%s\r\n",
-                     status, reason, body_len, closing ? "Connection: close\r\n" : "");
-    int32_t rc = send_all(c->fd, head, (size_t)n, 0);
-    if (rc == 0 && body_len > 0) rc = send_all(c->fd, body, body_len, 1);
-    return rc;
+    return http_respond(c->fd, status, reason, "", body, body_len, closing, 1);
 }
 
 /* The completion of prompt into out; *status 200 or 500 (out then holds the error line). */
@@ -205,43 +126,19 @@ static size_t complete(const char *prompt, size_t len, char *out, size_t cap, in
     return out_len;
 }
 
-static int header_says_close(const char *head, size_t len) {
-    for (size_t i = 0; i + 17 <= len; i++)
-        if (strncasecmp(head + i, "connection: close", 17) == 0) return 1;
-    return 0;
-}
-
-static size_t content_length(const char *head, size_t len) {
-    for (size_t i = 0; i + 15 <= len; i++)
-        if (strncasecmp(head + i, "content-length:", 15) == 0) return (size_t)strtoul(head + i + 15, NULL, 10);
-    return 0;
-}
-
 /* Answer every complete request in c->buf. Returns 1 to close the connection, 2 to quit, else 0. */
 static int serve_buffered(conn_t *c) {
     static char out[GUEST_OUTPUT_MAX];
     for (;;) {
-        char *end = NULL;
-        for (size_t i = 0; i + 4 <= c->len; i++)
-            if (memcmp(c->buf + i, "\r\n\r\n", 4) == 0) {
-                end = c->buf + i + 4;
-                break;
-            }
-        if (!end) {
-            if (c->len == REQUEST_MAX) {
-                respond(c, 413, "Payload Too Large", "too large\n", 10, 1);
-                return 1;
-            }
-            return 0;
-        }
-        size_t head_len = (size_t)(end - c->buf);
-        size_t body_len = content_length(c->buf, head_len);
-        if (head_len + body_len > REQUEST_MAX) {
+        size_t head_len = 0, body_len = 0;
+        long whole = http_frame(c->buf, c->len, &head_len, &body_len);
+        if (whole == 0) return 0;
+        if (whole < 0) {
             respond(c, 413, "Payload Too Large", "too large\n", 10, 1);
             return 1;
         }
-        if (c->len < head_len + body_len) return 0; /* the body is still coming */
-        int closing = header_says_close(c->buf, head_len);
+        const char *end = c->buf + head_len;
+        int closing = http_says_close(c->buf, head_len);
         int quit = 0;
         int32_t rc;
         served++;
@@ -274,8 +171,8 @@ static int serve_buffered(conn_t *c) {
 
 /* Read what has arrived on c. Returns 1 to close, 2 to quit, else 0. */
 static int on_readable(conn_t *c) {
-    if (c->len == REQUEST_MAX) return serve_buffered(c);
-    __wasi_iovec_t iov = {.buf = (uint8_t *)c->buf + c->len, .buf_len = REQUEST_MAX - c->len};
+    if (c->len == HTTP_REQUEST_MAX) return serve_buffered(c);
+    __wasi_iovec_t iov = {.buf = (uint8_t *)c->buf + c->len, .buf_len = HTTP_REQUEST_MAX - c->len};
     uint32_t got = 0;
     int32_t rc;
     if (c->id % 2 == 0) {
@@ -386,9 +283,9 @@ static void close_idle(void) {
 }
 
 int main(int argc, char **argv) {
-    unsigned a, b, c3, d, port;
-    if (argc != 4 || sscanf(argv[2], "%u.%u.%u.%u", &a, &b, &c3, &d) != 4 || a > 255 || b > 255 ||
-        c3 > 255 || d > 255 || sscanf(argv[3], "%u", &port) != 1 || port > 65535) {
+    uint8_t ip[4];
+    uint32_t port = 0;
+    if (argc != 4 || http_parse_addr(argv[2], argv[3], ip, &port) != 0) {
         fputs("usage: socket_server.wasm ALIAS ADDR PORT\n", stderr);
         return 2;
     }
@@ -402,21 +299,10 @@ int main(int argc, char **argv) {
         }
         idle_seconds = (unsigned)v;
     }
-    uint32_t listener = 0;
     int32_t rc;
-    if ((rc = ws_open(AF_INET4, SOCK_STREAM, &listener)) != 0) sock_fail("sock_open", rc);
-    int32_t one = 1;
-    if ((rc = ws_setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one)) != 0)
-        sock_fail("sock_setsockopt", rc);
-    uint8_t ip[4] = {(uint8_t)a, (uint8_t)b, (uint8_t)c3, (uint8_t)d};
-    wasi_address_t addr = {.buf = WASI_NN_PTR(ip), .buf_len = 4};
-    if ((rc = ws_bind(listener, &addr, port)) != 0) sock_fail("sock_bind", rc);
-    /* a backlog of 1024 as tokio's: a burst of connections waits in the queue, not in SYN retries */
-    if ((rc = ws_listen(listener, 1024)) != 0) sock_fail("sock_listen", rc);
-    if ((rc = __wasi_fd_fdstat_set_flags(listener, __WASI_FDFLAGS_NONBLOCK)) != 0)
-        sock_fail("fd_fdstat_set_flags", rc);
     uint32_t type = 0, bound_port = 0;
-    if ((rc = ws_getlocaladdr(listener, &addr, &type, &bound_port)) != 0) sock_fail("sock_getlocaladdr", rc);
+    /* a backlog of 1024 as tokio's: a burst of connections waits in the queue, not in SYN retries */
+    uint32_t listener = http_listen(ip, port, 1024, &bound_port, &type, sock_fail);
     if (type != 4) sock_fail("sock_getlocaladdr (address type)", (int32_t)type);
     char where[32];
     format_addr(ip, bound_port, where, sizeof where);
@@ -430,21 +316,14 @@ int main(int argc, char **argv) {
         __wasi_size_t nsubs = 0, nevents = 0;
         memset(subs, 0, sizeof subs);
         if (!listener_rests) {
-            subs[nsubs].userdata = 0;
-            subs[nsubs].u.tag = __WASI_EVENTTYPE_FD_READ;
-            subs[nsubs++].u.u.fd_read.file_descriptor = listener;
+            http_sub_read(&subs[nsubs++], 0, listener);
         }
         listener_rests = 0;
         for (int i = 0; i < MAX_CONNS; i++) {
             if (!conns[i].open) continue;
-            subs[nsubs].userdata = (uint64_t)(i + 1);
-            subs[nsubs].u.tag = __WASI_EVENTTYPE_FD_READ;
-            subs[nsubs++].u.u.fd_read.file_descriptor = conns[i].fd;
+            http_sub_read(&subs[nsubs++], (uint64_t)(i + 1), conns[i].fd);
         }
-        subs[nsubs].userdata = UINT64_MAX;
-        subs[nsubs].u.tag = __WASI_EVENTTYPE_CLOCK;
-        subs[nsubs].u.u.clock.id = __WASI_CLOCKID_MONOTONIC;
-        subs[nsubs++].u.u.clock.timeout = TICK_NS;
+        http_sub_clock(&subs[nsubs++], UINT64_MAX, TICK_NS);
         if ((rc = __wasi_poll_oneoff(subs, events, nsubs, &nevents)) != 0) sock_fail("poll_oneoff", rc);
         int quit = 0;
         for (__wasi_size_t e = 0; e < nevents && !quit; e++) {
