@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..core.limits import Limits
-from ..core.preload import Preload, PreloadError
+from ..core.preload import Preload, PreloadError, parse_preload
 from ..launch.runner import EXIT_USAGE
 
 
@@ -173,6 +173,11 @@ def fail(message: str) -> int:
     """Print a one-line user error and return the usage exit code."""
     say(f"wasinn: error: {message}")
     return EXIT_USAGE
+
+
+def preloads_from(ns: argparse.Namespace) -> list[Preload]:
+    """The ``--nn-preload`` models with their ``--nn-mmproj`` projectors (PreloadError if malformed)."""
+    return with_projectors([parse_preload(spec) for spec in ns.nn_preload], ns.nn_mmproj)
 
 
 def with_projectors(preloads: list[Preload], specs: list[str]) -> list[Preload]:

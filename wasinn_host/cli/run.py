@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from ..core.errors import WasiNNError
-from ..core.preload import Preload, PreloadError, parse_preload
+from ..core.preload import Preload, PreloadError
 from ..host import WasiNN
 from ..launch.guest_load import GuestError, is_component_file
 from ..launch.guest_options import parse_dir, parse_env, warn_missing_models
@@ -30,10 +30,10 @@ from .options import (
     add_token_option,
     fail,
     limits_from,
+    preloads_from,
     read_pem,
     say,
     warn_server_limits,
-    with_projectors,
 )
 from .prompt_cache import add_prompt_cache_options, prompt_cache_from
 from .socket_options import add_socket_options, socket_policy_from
@@ -151,7 +151,7 @@ def run_command(ns: argparse.Namespace) -> int:
     except OSError as exc:
         return fail(f"--log-file {ns.log_file!r}: {exc.strerror}")
     try:
-        preloads = with_projectors([parse_preload(spec) for spec in ns.nn_preload], ns.nn_mmproj)
+        preloads = preloads_from(ns)
         dirs = [parse_dir(spec) for spec in ns.dir]
         env = dict(parse_env(spec) for spec in ns.env)
         sockets = socket_policy_from(ns)

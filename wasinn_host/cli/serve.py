@@ -16,7 +16,7 @@ import threading
 from typing import Any
 
 from ..backend.local import LocalBackend
-from ..core.preload import Preload, PreloadError, parse_preload
+from ..core.preload import Preload, PreloadError
 from ..core.registry import ModelRegistry
 from ..launch.guest_options import warn_missing_models
 from ..models import DEMO_MODEL_PATH
@@ -31,8 +31,8 @@ from .options import (
     add_token_option,
     fail,
     limits_from,
+    preloads_from,
     read_pem,
-    with_projectors,
 )
 from .prompt_cache import add_prompt_cache_options, prompt_cache_from
 
@@ -113,7 +113,7 @@ def serve_command(ns: argparse.Namespace) -> int:
     except OSError as exc:
         return fail(f"--log-file {ns.log_file!r}: {exc.strerror}")
     try:
-        preloads = with_projectors([parse_preload(spec) for spec in ns.nn_preload], ns.nn_mmproj)
+        preloads = preloads_from(ns)
     except PreloadError as exc:
         return fail(str(exc))
     if not preloads and DEMO_MODEL_PATH.is_file():
