@@ -13,6 +13,7 @@ call, from inside that call.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Mapping
 
 import wasmtime
 from wasmtime import _ffi as ffi
@@ -36,24 +37,35 @@ I32_FUNCS: dict[str, int] = {
 """The original WASI functions (``name -> i32 parameter count``) the trampoline wraps."""
 
 
-def trampoline_wat() -> str:
-    """The trampoline module's text: memory and the wrapped functions, plus ``clock_time_get``."""
-    lines = ["(module", '  (import "env" "memory" (memory 0))']
-    for name, arity in I32_FUNCS.items():
-        params = " i32" * arity
-        lines.append(f'  (import "wasi" "{name}" (func ${name} (param{params}) (result i32)))')
-    lines.append('  (import "wasi" "clock_time_get" (func $clock_time_get (param i32 i64 i32) (result i32)))')
-    lines.append('  (export "memory" (memory 0))')
-    for name, arity in I32_FUNCS.items():
+def reexport_wat(imports_from: str, funcs: Mapping[str, int], memory_pages: int | None) -> str:
+    """A module that imports each of ``funcs`` (``name -> i32 parameter count``, all returning i32) and
+    ``clock_time_get`` from ``imports_from`` and exports a wrapper of the same name calling it with its own
+    arguments.  Its memory, exported as ``memory``, is its own of ``memory_pages`` pages, or with None the
+    first import, ``env.memory`` (imports are given to wasmtime in order)."""
+    lines = ["(module"]
+    if memory_pages is None:
+        lines += ['  (import "env" "memory" (memory 0))', '  (export "memory" (memory 0))']
+    for name, arity in funcs.items():
+        lines.append(f'  (import "{imports_from}" "{name}" (func ${name} (param{" i32" * arity}) (result i32)))')
+    lines.append(
+        f'  (import "{imports_from}" "clock_time_get" (func $clock_time_get (param i32 i64 i32) (result i32)))'
+    )
+    if memory_pages is not None:
+        lines.append(f'  (memory (export "memory") {memory_pages})')
+    for name, arity in funcs.items():
         gets = " ".join(f"local.get {i}" for i in range(arity))
-        params = " i32" * arity
-        lines.append(f'  (func (export "{name}") (param{params}) (result i32) {gets} call ${name})')
+        lines.append(f'  (func (export "{name}") (param{" i32" * arity}) (result i32) {gets} call ${name})')
     lines.append(
         '  (func (export "clock_time_get") (param i32 i64 i32) (result i32)'
         " local.get 0 local.get 1 local.get 2 call $clock_time_get)"
     )
     lines.append(")")
     return "\n".join(lines)
+
+
+def trampoline_wat() -> str:
+    """The trampoline module's text: the guest's memory and the wrapped functions, plus ``clock_time_get``."""
+    return reexport_wat("wasi", I32_FUNCS, None)
 
 
 class PassThrough:

@@ -15,6 +15,7 @@ from typing import Literal
 import wasmtime
 
 from wasinn_host.sockets import SocketLayer
+from wasinn_host.sockets.passthrough import reexport_wat
 
 WASI = "wasi_snapshot_preview1"
 PAGE = 65536
@@ -49,19 +50,7 @@ def signatures(variant: Variant) -> dict[str, int]:
 
 def probe_wat(variant: Variant = "v2", memory_pages: int = 1) -> str:
     """The probe module's text: every socket import re-exported, plus ``clock_time_get``."""
-    lines = ["(module"]
-    for name, arity in signatures(variant).items():
-        lines.append(f'(import "{WASI}" "{name}" (func ${name} (param{" i32" * arity}) (result i32)))')
-    lines.append(f'(import "{WASI}" "clock_time_get" (func $clock (param i32 i64 i32) (result i32)))')
-    lines.append(f'(memory (export "memory") {memory_pages})')
-    for name, arity in signatures(variant).items():
-        gets = " ".join(f"local.get {i}" for i in range(arity))
-        lines.append(f'(func (export "{name}") (param{" i32" * arity}) (result i32) {gets} call ${name})')
-    lines.append(
-        '(func (export "clock_time_get") (param i32 i64 i32) (result i32) '
-        "local.get 0 local.get 1 local.get 2 call $clock)"
-    )
-    return "\n".join(lines) + ")"
+    return reexport_wat(WASI, signatures(variant), memory_pages)
 
 
 class SocketProbe:
