@@ -102,12 +102,8 @@ static int serve_buffered(conn_t *c) {
     static char out[GUEST_OUTPUT_MAX];
     for (;;) {
         size_t head_len = 0, body_len = 0;
-        long whole = http_frame(c->buf, c->len, &head_len, &body_len);
-        if (whole == 0) return 0;
-        if (whole < 0) {
-            respond(c, 413, "Payload Too Large", "", "too large\n", 10, 1);
-            return 1;
-        }
+        int got = http_next_request(c->fd, c->buf, c->len, &head_len, &body_len, 0);
+        if (got <= 0) return got < 0; /* incomplete, or too large: answered 413, close */
         const char *end = c->buf + head_len;
         int closing = http_says_close(c->buf, head_len), quit = 0;
         int32_t rc;
@@ -127,8 +123,7 @@ static int serve_buffered(conn_t *c) {
         } else {
             rc = respond(c, 404, "Not Found", "", "not found\n", 10, closing);
         }
-        memmove(c->buf, c->buf + head_len + body_len, c->len - head_len - body_len);
-        c->len -= head_len + body_len;
+        http_consume(c->buf, &c->len, head_len + body_len);
         if (quit) return 2;
         if (rc != 0 || closing) return 1;
     }

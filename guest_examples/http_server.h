@@ -13,6 +13,8 @@
  *                        sock_send or fd_write (body_fd_write); 0, or the errno
  *   http_frame           the length of the first complete request in a buffer (head + body by
  *                        Content-Length), 0 while incomplete, -1 if it cannot fit HTTP_REQUEST_MAX
+ *   http_next_request    http_frame, answering 413 itself when the request cannot fit
+ *   http_consume         drop an answered request from the front of a buffer
  *   http_says_close      whether a request head holds "Connection: close" (case-insensitive)
  *   http_sub_read/clock  fill one poll_oneoff subscription
  */
@@ -172,6 +174,22 @@ static inline long http_frame(const char *buf, size_t len, size_t *head_len, siz
     *head_len = head;
     *body_len = body;
     return (long)(head + body);
+}
+
+/* http_frame, answering 413 "too large" (then the connection must close) when the request cannot fit:
+   1 with *head_len and *body_len set when a whole request is buffered, 0 while it is incomplete, -1
+   after the 413. */
+static inline int http_next_request(uint32_t fd, const char *buf, size_t len, size_t *head_len, size_t *body_len,
+                                    int body_fd_write) {
+    long whole = http_frame(buf, len, head_len, body_len);
+    if (whole < 0) http_respond(fd, 413, "Payload Too Large", "", "too large\n", 10, 1, body_fd_write);
+    return whole < 0 ? -1 : whole > 0;
+}
+
+/* Drop the first n bytes of buf[0..*len) (a request answered). */
+static inline void http_consume(char *buf, size_t *len, size_t n) {
+    memmove(buf, buf + n, *len - n);
+    *len -= n;
 }
 
 #endif
