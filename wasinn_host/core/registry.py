@@ -24,18 +24,19 @@ from pathlib import Path
 from typing import Callable, ClassVar, Iterable
 
 from .errors import ErrorKind, WasiNNError
+from .kv_sizing import MAX_SEQUENCES, grown_layout, kv_layout
 from .limits import physical_memory
 from .model_path import check_model_path
 from .params import ModelParams
 from .preload import Preload, parse_preload
 from .prompt_cache import PromptCache, model_identity
-from .runtime import DEFAULT_SEQUENCES, MAX_DEFAULT_CTX, Context, KvLayout, Model, Runtime
+from .runtime import MAX_DEFAULT_CTX, Context, KvLayout, Model, Runtime
 from .scheduler import ModelWorker
 
 log = logging.getLogger("wasinn_host")
 
-MAX_SEQUENCES = 256
-"""llama.cpp's limit on sequence ids (``llama_max_parallel_sequences``)."""
+__all__ = ["MAX_SEQUENCES", "LoadedModel", "ModelRegistry", "default_registry", "grown_layout", "kv_layout"]
+
 GGUF_MAGIC = b"GGUF"
 
 
@@ -61,40 +62,6 @@ class LoadedModel:
     def n_ctx_seq(self) -> int:
         """Tokens each execution context may hold."""
         return self.worker.n_ctx_seq
-
-
-def kv_layout(
-    params: ModelParams, n_ctx_seq: int, cell_bytes: int, make_room: Callable[[int], int], label: str
-) -> KvLayout:
-    """The KV layout of a new model context, within what ``make_room`` can free under the budget.
-
-    ``n-parallel`` N: N sequences of ``n_ctx_seq`` cells each, as asked, or a too-large error.
-    Unset (0): ``DEFAULT_SEQUENCES`` to start with (fewer if the budget is short, never less than
-    one); the worker asks for more when more contexts compute at once (:func:`grown_layout`).
-    """
-    n_seq = params.n_parallel or DEFAULT_SEQUENCES
-    room = make_room(n_seq * n_ctx_seq * cell_bytes)
-    if not params.n_parallel:
-        n_seq = min(n_seq, room // max(n_ctx_seq * cell_bytes, 1))
-    if n_seq < 1 or n_seq * n_ctx_seq * cell_bytes > room:
-        what = f"{params.n_parallel or 1} sequences x {n_ctx_seq} tokens"
-        raise _kv_refusal(label, max(n_seq, 1) * n_ctx_seq * cell_bytes, room, what)
-    return KvLayout(n_ctx_seq, n_seq)
-
-
-def grown_layout(
-    params: ModelParams, current: KvLayout, wanted: int, cell_bytes: int, make_room: Callable[[int], int]
-) -> KvLayout | None:
-    """A layout with room for ``wanted`` sequences (at least double the current number, so growth is
-    rare), within llama.cpp's limit, the batch size (llama.cpp reserves an output row per sequence)
-    and the KV budget; None if not even one more sequence fits."""
-    per_seq = current.n_ctx_seq * cell_bytes
-    target = min(MAX_SEQUENCES, params.batch_size, max(wanted, 2 * current.n_seq))
-    room = make_room((target - current.n_seq) * per_seq)
-    n_seq = min(target, current.n_seq + room // max(per_seq, 1))
-    if n_seq <= current.n_seq:
-        return None
-    return KvLayout(current.n_ctx_seq, n_seq)
 
 
 def _projector(preload: Preload, asked: str, from_guest: bool) -> str:
@@ -137,15 +104,6 @@ def _projector(preload: Preload, asked: str, from_guest: bool) -> str:
             ErrorKind.MODEL_NOT_FOUND, f"projector file {str(configured)!r} for {preload.name!r} does not exist"
         )
     return str(configured) if configured is not None else ""
-
-
-def _kv_refusal(label: str, needed: int, room: int, what: str) -> WasiNNError:
-    return WasiNNError(
-        ErrorKind.TOO_LARGE,
-        f"model {label}: a KV cache of {needed >> 20} MiB ({what}) exceeds the {room >> 20} MiB left under limit "
-        f"max_kv_bytes (lower ctx-size or n-parallel, or raise it with Limits(max_kv_bytes=...) or "
-        f"`wasinn run --max-kv-bytes`)",
-    )
 
 
 def _open_model(

@@ -31,37 +31,33 @@ import collections
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
-from .draft_budget import (
-    PRIOR_ACCEPTANCE,
-    DecodeCost,
-    Offer,
-    backoff,
-    choose_drafts,
-    passes,
-    recovered_acceptance,
-    updated_acceptance,
-)
+from . import prefix_reuse, prompt_cache_use, speculation, stop_rules
+from .draft_budget import DecodeCost, passes
 from .errors import ErrorKind, WasiNNError
 from .generation import GenerationRequest, GenerationResult, StopReason
-from .ngram_drafts import NgramDrafter, match_acceptance
-from .params import SamplingParams
-from .prompt_cache import ModelPromptCache, Prefetched, log_ignored_name
-from .runtime import Context, Model, Sampler
+from .prefix_reuse import MIN_SHARED_PREFIX
+from .prompt_cache import ModelPromptCache
+from .runtime import Context, Model
+from .slot_state import ContextState, Job, Slot
+from .speculation import MAX_SPECULATIVE_BATCH
+from .stop_rules import cut_at_stop
 from .tokens import common_prefix
 
+__all__ = [
+    "MAX_SPECULATIVE_BATCH",
+    "MIN_SHARED_PREFIX",
+    "WARM_CONTEXTS",
+    "ContextState",
+    "Grow",
+    "Job",
+    "ModelWorker",
+    "Slot",
+    "cut_at_stop",
+]
+
 log = logging.getLogger("wasinn_host")
-
-MIN_SHARED_PREFIX = 32
-"""Prompt tokens another sequence must hold beyond a job's own before they are copied (or waited for)
-instead of decoded: a copy moves the whole sequence's cache."""
-
-MAX_SPECULATIVE_BATCH = 24
-"""Draft tokens are added to a batch up to this many tokens in all (a lone context's draft fits whole).
-Measured on 2 cores with eight Gemma 3 guests, 40 did no better (1.03-1.04x of plain against
-1.04-1.07x)."""
 
 Grow = Callable[[int], "Callable[[], Context] | None"]
 """For up to that many sequences: a maker of a bigger inference context (called once the old one is
@@ -71,80 +67,6 @@ freed), or None if there is no room for even one more sequence."""
 WARM_CONTEXTS = 16
 """Idle execution contexts per model that keep their sampler and their claim on a sequence; beyond
 them the least recently used one gives both up (see :meth:`ModelWorker._went_idle`)."""
-
-
-class ContextState:
-    """The engine's state of one execution context: its sampler and its slot affinity.
-
-    An idle context evicted by its model's worker holds neither (``sampler`` and ``slot`` None): its
-    next request gets a new sampler and re-decodes its tokens in whichever sequence serves it.
-    """
-
-    __slots__ = ("sampler", "sampler_params", "slot", "closed", "cancelled", "mid_stream", "__weakref__")
-
-    def __init__(self) -> None:
-        self.sampler: Sampler | None = None
-        self.sampler_params: SamplingParams | None = None
-        self.slot: Slot | None = None
-        self.closed = False
-        self.cancelled = False
-        self.mid_stream = False
-        """The last request was a streaming step that did not end the stream: the sampler's history
-        (penalties, grammar, random state) is part of what comes next, so eviction keeps the sampler."""
-
-
-@dataclass
-class Slot:
-    """One sequence id of the inference context and the tokens its KV cache holds."""
-
-    seq_id: int
-    kv: list[int] = field(default_factory=list)
-    owner: ContextState | None = None
-    busy: bool = False
-    last_used: float = 0.0
-
-
-@dataclass(eq=False)
-class Job:
-    """A request in the worker's hands: the request, its result and the worker's bookkeeping."""
-
-    request: GenerationRequest
-    state: ContextState
-    result: GenerationResult = field(default_factory=GenerationResult)
-    tokens: list[int] = field(default_factory=list)
-    """The request's tokens, then each sampled token once it is to be decoded."""
-    slot: Slot | None = None
-    order: int = 0
-    logits_index: int = -1
-    t_start: float = 0.0
-    t_first: float = 0.0
-    done: threading.Event = field(default_factory=threading.Event)
-    images: dict[int, Any] = field(default_factory=dict)
-    """The request's images by start index (see ``GenerationRequest.images``)."""
-    cached: Prefetched | None = None
-    """A prompt-cache entry read for this job before it was queued (restored when it starts)."""
-    follows: tuple[Job, int] | None = None
-    """While waiting: the running job decoding this many of its first tokens (copied once decoded)."""
-    drafter: NgramDrafter | None = None
-    draft: list[int] = field(default_factory=list)
-    """Draft tokens decoded after the job's pending ones in this step (``drafts`` requests only)."""
-    draft_indices: list[int] = field(default_factory=list)
-    """Batch indices with logits: the last pending token's, then each draft token's."""
-    acceptance: float = PRIOR_ACCEPTANCE
-    misses: int = 0
-    """Drafts in a row of which no token was accepted."""
-    skip: int = 0
-    """Matches to pass over before the next draft (``2 ** misses - 1`` after a miss)."""
-
-    @property
-    def pending(self) -> int:
-        """Tokens still to decode."""
-        return len(self.tokens) - len(self.slot.kv) if self.slot is not None else len(self.tokens)
-
-    def position(self, index: int) -> int:
-        """The sequence position of token ``index``: the index, less what the images before it save
-        (an M-RoPE image takes ``n_pos`` positions for its ``n_tokens`` tokens; others save none)."""
-        return index - sum(s.n_tokens - s.n_pos for s in self.images.values() if s.start + s.n_tokens <= index)
 
 
 _FAILURES: dict[StopReason, ErrorKind] = {
@@ -220,7 +142,7 @@ class ModelWorker:
         """Queue a request and wait until the worker finishes it."""
         job = Job(request, state, tokens=list(request.tokens), t_start=time.perf_counter())
         job.images = {span.start: span for span in request.images}
-        self._prefetch(job)
+        prompt_cache_use.prefetch(self.prompt_cache, job)
         if state.closed or state.cancelled:
             self._finish(job, StopReason.CANCELLED if state.cancelled else StopReason.FINALISED)
             return job.result
@@ -332,7 +254,9 @@ class ModelWorker:
                 self._finish(job, StopReason.QUEUE_TIMEOUT)
             elif still_waiting and not self._has_free_slot():
                 still_waiting.append(job)
-            elif (slot := self._pick_slot(job)) is None or self._follows(job, slot):
+            elif (slot := self._pick_slot(job)) is None or prefix_reuse.follows(
+                job, slot, self.slots, self._active, self._copy_targets
+            ):
                 still_waiting.append(job)
             else:
                 self._start(job, slot)
@@ -416,9 +340,9 @@ class ModelWorker:
         slot.busy = True
         job.state.slot = slot
         job.slot = slot
-        job.result.reused_tokens = self._trim_kv(job, slot)
+        job.result.reused_tokens = prefix_reuse.trim_kv(self.context, job, slot)
         if slot.seq_id not in self._copy_sources:  # a copy's source keeps its cells until the decode
-            self._restore_prefix(job, slot)
+            prompt_cache_use.restore_prefix(self.prompt_cache, self.context, job, slot)
         self._copy_prefix(job, slot)
         self.reused_tokens += job.result.reused_tokens
         try:
@@ -429,35 +353,15 @@ class ModelWorker:
             return
         self._active.append(job)
 
-    def _trim_kv(self, job: Job, slot: Slot) -> int:
-        """Drop the slot's cells after the prefix shared with the job; return how many are kept."""
-        keep = self._reusable(job, slot)
-        if keep < len(slot.kv):
-            self.context.seq_rm(slot.seq_id, job.position(keep))  # the kept prefix is the job's own
-            del slot.kv[keep:]
-        return keep
-
-    def _donor(self, job: Job, slot: Slot, have: int) -> tuple[Slot | None, int]:
-        """The sequence other than ``slot`` holding the longest usable prefix of the job's tokens, longer
-        than ``have``, and that prefix's length (``None, have`` if there is none)."""
-        best: Slot | None = None
-        best_len = have
-        for other in self.slots:
-            if other is slot or not other.kv or other.seq_id in self._copy_targets:
-                continue
-            shared = self._reusable(job, other)
-            if shared > best_len:
-                best, best_len = other, shared
-        return best, best_len
-
     def _copy_prefix(self, job: Job, slot: Slot) -> None:
         """Copy the prefix of the job's tokens another sequence holds, if it is longer than the slot's own
-        by :data:`MIN_SHARED_PREFIX` (llama.cpp copies the cells at the next decode)."""
+        by :data:`~.prefix_reuse.MIN_SHARED_PREFIX` (llama.cpp copies the cells at the next decode)."""
         if slot.seq_id in self._copy_sources:
             return
-        donor, shared = self._donor(job, slot, len(slot.kv))
-        if donor is None or shared - len(slot.kv) < MIN_SHARED_PREFIX:
+        found = prefix_reuse.copy_source(self.slots, job, slot, self._copy_targets)
+        if found is None:
             return
+        donor, shared = found
         self.context.seq_copy(donor.seq_id, slot.seq_id)
         self.context.seq_rm(slot.seq_id, job.position(shared))
         self._pending_copies.append((donor.seq_id, slot.seq_id, job.position(shared)))
@@ -466,80 +370,6 @@ class ModelWorker:
         self.shared_prefix_tokens += shared - len(slot.kv)
         slot.kv[:] = donor.kv[:shared]
         job.result.reused_tokens = shared
-
-    def _follows(self, job: Job, slot: Slot) -> bool:
-        """Whether the job waits for a running job that is decoding a prefix they share (by
-        :data:`MIN_SHARED_PREFIX` more than any sequence holds now): it then copies that prefix
-        instead of decoding it a second time beside it."""
-        request = job.request
-        if not request.cache_prompt or request.embed:
-            return False
-        if job.follows is None:
-            held = self._donor(job, slot, self._reusable(job, slot))[1]
-            leader, shared = None, 0
-            for other in self._active:
-                if other.slot is None or other.request.embed:
-                    continue
-                common = min(common_prefix(other.tokens, job.tokens), len(job.tokens) - 1)
-                if common > shared and common - held >= MIN_SHARED_PREFIX and len(other.slot.kv) < common:
-                    leader, shared = other, common
-            if leader is None:
-                return False
-            job.follows = (leader, shared)
-        leader, shared = job.follows
-        if leader in self._active and leader.slot is not None and len(leader.slot.kv) < shared:
-            return True
-        job.follows = None  # decoded (or ended): start, copying what is there
-        return False
-
-    def _prefetch(self, job: Job) -> None:
-        """On the caller's thread: read the prompt-cache entry that would save this job the most
-        decoding (its own sequence's prefix counts as already saved)."""
-        request = job.request
-        if self.prompt_cache is None:
-            if request.cache_name:
-                log_ignored_name(request.cache_name)
-            return
-        if not request.cache_prompt or request.embed:
-            return
-        own = job.state.slot
-        have = common_prefix(list(own.kv), job.tokens) if own is not None and own.owner is job.state else 0
-        job.cached = self.prompt_cache.prefetch(job.tokens, self._cacheable(job), have, request.cache_name)
-
-    @staticmethod
-    def _cacheable(job: Job) -> int:
-        """Tokens of the job a cached prefix may cover: all but the last, and none from the first image on."""
-        return min([len(job.tokens) - 1, *job.images])
-
-    def _restore_prefix(self, job: Job, slot: Slot) -> None:
-        """Replace the slot's cells by the job's prefetched entry if it holds more of the prompt."""
-        found, job.cached = job.cached, None
-        if found is None or self.prompt_cache is None:
-            return
-        gain = found.common - len(slot.kv)
-        if gain <= 0 or (gain < self.prompt_cache.min_tokens and not job.request.cache_name):
-            return
-        slot.kv[:] = self.prompt_cache.restore(self.context, slot.seq_id, found)
-        job.result.reused_tokens = len(slot.kv)
-
-    def _save_prefix(self, job: Job) -> None:
-        """Once a prompt is decoded, keep its state on disk (text prompts only)."""
-        request, slot = job.request, job.slot
-        if self.prompt_cache is None or slot is None or job.images or request.embed or not request.cache_prompt:
-            return
-        fresh = len(job.tokens) - job.result.reused_tokens
-        self.prompt_cache.save(self.context, slot.seq_id, job.tokens, fresh, request.cache_name)
-
-    @staticmethod
-    def _reusable(job: Job, slot: Slot) -> int:
-        """Cells of ``slot`` the job can keep: the prefix shared with its tokens, less the last token."""
-        request = job.request
-        keep = common_prefix(slot.kv, job.tokens) if request.cache_prompt and not request.embed else 0
-        keep = min(keep, len(job.tokens) - 1)
-        for span in job.images.values():  # never keep part of an image: it is decoded whole
-            if span.start < keep < span.start + span.n_tokens:
-                keep = span.start
-        return keep
 
     def _prepare_sampler(self, job: Job) -> None:
         state, sampling = job.state, job.request.sampling
@@ -570,7 +400,7 @@ class ModelWorker:
             if not job.t_first:
                 job.t_first = now
                 job.result.prompt_ms = (now - job.t_start) * 1000.0
-                self._save_prefix(job)
+                prompt_cache_use.save_prefix(self.prompt_cache, self.context, job)
             if job.request.embed:
                 self._embed(job)
             else:
@@ -588,49 +418,9 @@ class ModelWorker:
             take = min(pending, budget)
             budget -= take
             planned.append((job, take))
-        self._plan_drafts(planned, budget)
+        speculation.plan_drafts(planned, budget, self.n_ctx_seq, self.decode_cost)
         planned.sort(key=lambda item: item[0].slot.seq_id if item[0].slot else 0)
         return planned
-
-    def _plan_drafts(self, planned: list[tuple[Job, int]], budget: int) -> None:
-        """Set ``draft`` of each job with speculation on that samples after this batch: the drafts
-        :func:`~.draft_budget.choose_drafts` finds worth their cost, within the batch, the context and
-        ``n-predict``."""
-        sampling = [job for job, take in planned if take == job.pending and not job.request.embed]
-        offers: dict[int, tuple[Job, list[int]]] = {}
-        budget_offers: list[Offer] = []
-        for job in sampling:
-            settings, request, slot = job.request.drafts, job.request, job.slot
-            if settings is None or request.streaming or slot is None:
-                continue
-            room = min(
-                settings.n_max,
-                settings.ngram_m,
-                self.n_ctx_seq - len(job.tokens),  # accepted tokens never need a context shift
-                request.limit - len(job.result.generated) - 1,
-            )
-            if job.drafter is None:
-                after_images = max((span.start + span.n_tokens for span in job.images.values()), default=0)
-                job.drafter = NgramDrafter(settings.ngram_n, after_images)
-            draft, matched = job.drafter.draft(job.tokens, room)
-            if not draft:
-                continue
-            if job.skip > 0:
-                job.skip -= 1
-                continue
-            chance = min(job.acceptance, match_acceptance(matched))
-            offers[slot.seq_id] = (job, draft)
-            budget_offers.append(Offer(slot.seq_id, chance, len(draft), settings.p_min, settings.n_min))
-        if not offers:
-            return
-        base = sorted((job.slot.seq_id, take) for job, take in planned if job.slot is not None)
-        budget = min(budget, MAX_SPECULATIVE_BATCH - sum(take for _, take in base))  # where the cost fit holds
-        lengths = choose_drafts(base, budget_offers, len(sampling), self.decode_cost, budget)
-        for seq_id, (job, draft) in offers.items():
-            if seq_id in lengths:
-                job.draft = draft[: lengths[seq_id]]
-            else:
-                job.acceptance = recovered_acceptance(job.acceptance)
 
     def _fill_batch(self, planned: list[tuple[Job, int]]) -> list[Job]:
         batch = self._batch
@@ -729,53 +519,22 @@ class ModelWorker:
             self._finish(job, StopReason.LIMIT)
             return
         if job.draft:
-            self._verify_draft(job)
+            drafted, accepted = speculation.verify_draft(
+                self.context, job, self._sample_token, self._stop_rule, self._finish
+            )
+            self.drafted_tokens += drafted
+            self.accepted_draft_tokens += accepted
             return
         token, piece = self._sample_token(job)
-        stop = self._stream_stop(job, token) if job.request.streaming else self._stop_rule(job, token, piece)
+        stop = (
+            stop_rules.stream_stop(self.model, job, token, self.n_ctx_seq)
+            if job.request.streaming
+            else self._stop_rule(job, token, piece)
+        )
         if stop is None:
             job.tokens.append(token)  # decoded in the next batch
         else:
             self._finish(job, stop)
-
-    def _verify_draft(self, job: Job) -> None:
-        """Sample at the last pending token and at each draft token in turn while the draft matches the
-        sampled tokens, applying the stop rules to each; drop the cells of the draft tokens not kept."""
-        draft, indices, slot = job.draft, job.draft_indices, job.slot
-        assert slot is not None
-        job.draft, job.draft_indices = [], []
-        base = len(slot.kv) - len(draft)  # cells up to the last pending token
-        accepted = 0
-        for i, index in enumerate(indices):
-            job.logits_index = index
-            token, piece = self._sample_token(job)
-            matched = i < len(draft) and token == draft[i]
-            accepted += matched
-            if not matched:  # before the stop rules: a context shift sees the kept cells only
-                self._drop_cells(job, base + accepted)
-            stop = self._stop_rule(job, token, piece)
-            if stop is not None:
-                self._drop_cells(job, base + accepted)
-                self._finish(job, stop)
-                break
-            job.tokens.append(token)
-            if not matched:
-                break
-        job.acceptance = updated_acceptance(job.acceptance, len(draft), accepted)
-        job.misses = 0 if accepted else job.misses + 1
-        job.skip = backoff(job.misses)
-        job.result.drafted_tokens += len(draft)
-        job.result.accepted_tokens += accepted
-        self.drafted_tokens += len(draft)
-        self.accepted_draft_tokens += accepted
-
-    def _drop_cells(self, job: Job, keep: int) -> None:
-        """Drop the slot's cells after the first ``keep`` (draft tokens not kept)."""
-        slot = job.slot
-        assert slot is not None
-        if len(slot.kv) > keep:
-            self.context.seq_rm(slot.seq_id, job.position(keep))
-            del slot.kv[keep:]
 
     def _sample_token(self, job: Job) -> tuple[int, bytes]:
         """Sample one token, record it (and its alternatives with ``n-probs``), return it and its bytes."""
@@ -791,59 +550,8 @@ class ModelWorker:
         self.generated_tokens += 1
         return token, piece
 
-    def _is_eog(self, job: Job, token: int) -> bool:
-        return self.model.is_eog(token) and not job.request.stopping.ignore_eos
-
-    def _stream_stop(self, job: Job, token: int) -> StopReason:
-        """A streaming step always ends after its token: at end of generation, a full context, or done."""
-        if self._is_eog(job, token):
-            return StopReason.EOS
-        if len(job.tokens) + 1 > self.n_ctx_seq:
-            return StopReason.CONTEXT_FULL
-        return StopReason.TOKEN
-
     def _stop_rule(self, job: Job, token: int, piece: bytes) -> StopReason | None:
-        """The rule that ends a whole generation after this token, or None to go on."""
-        request, result = job.request, job.result
-        stop = request.stopping
-        if request.on_piece is not None:
-            request.on_piece(piece)
-        if stop.reverse_prompt and stop.reverse_prompt.encode() in result.text:
-            return StopReason.REVERSE_PROMPT
-        if stop.stop and cut_at_stop(result.text, stop.stop, len(piece)):
-            return StopReason.STOP
-        if self._is_eog(job, token):
-            return StopReason.EOS
-        if len(result.generated) >= request.limit:
-            return StopReason.N_PREDICT
-        if stop.max_time_ms and (time.perf_counter() - job.t_start) * 1000.0 >= stop.max_time_ms:
-            return StopReason.MAX_TIME
-        if len(result.text) > request.max_output_bytes:
-            log.warning(
-                "model %s: output reached max_output_bytes=%d; generation stopped "
-                "(raise it with Limits(max_output_bytes=...) or `wasinn run --max-output-bytes`)",
-                self.name,
-                request.max_output_bytes,
-            )
-            return StopReason.OUTPUT_LIMIT
-        if len(job.tokens) + 1 > self.n_ctx_seq and not (request.ctx_shift and self._shift(job)):
-            return StopReason.CONTEXT_FULL
-        return None
-
-    def _shift(self, job: Job) -> bool:
-        """Context shift (llama.cpp server style): keep ``n_keep`` tokens, drop half of the rest."""
-        slot = job.slot
-        assert slot is not None
-        n_keep = len(job.tokens) if job.request.n_keep < 0 else min(job.request.n_keep, len(job.tokens))
-        n_discard = (len(slot.kv) - n_keep) // 2
-        if n_discard <= 0 or not self.context.can_shift() or job.position(len(job.tokens)) != len(job.tokens):
-            return False  # M-RoPE images: positions are not token indices, so they cannot be moved
-        self.context.seq_shift(slot.seq_id, n_keep, n_discard)
-        del slot.kv[n_keep : n_keep + n_discard]
-        del job.tokens[n_keep : n_keep + n_discard]
-        job.drafter = None  # indexed the tokens before the shift
-        job.images = {}  # all decoded by now, and their start indices no longer hold
-        return True
+        return stop_rules.stop_rule(self.model, self.context, job, token, piece, self.n_ctx_seq, self.name)
 
     def _finish(self, job: Job, reason: StopReason, message: str = "", kind: ErrorKind | None = None) -> None:
         """End a job: record why (an error for the failure reasons), free its slot, wake its caller."""
@@ -890,17 +598,3 @@ class ModelWorker:
                 old.sampler = None
                 old.sampler_params = None
             self.evictions += 1
-
-
-def cut_at_stop(text: bytearray, stops: tuple[str, ...], new_bytes: int) -> bool:
-    """If a stop string now occurs in ``text``, cut the text where it starts and return True."""
-    for stop in stops:
-        needle = stop.encode()
-        if not needle:
-            continue
-        start = max(0, len(text) - new_bytes - len(needle) + 1)
-        at = text.find(needle, start)
-        if at >= 0:
-            del text[at:]
-            return True
-    return False

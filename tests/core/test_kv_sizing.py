@@ -1,0 +1,40 @@
+"""KV sizing: sequences that fit the budget, growth, and the too-large error."""
+
+from __future__ import annotations
+
+import pytest
+
+from wasinn_host.core.errors import ErrorKind, WasiNNError
+from wasinn_host.core.kv_sizing import MAX_SEQUENCES, grown_layout, kv_layout
+from wasinn_host.core.params import ModelParams
+from wasinn_host.core.runtime import DEFAULT_SEQUENCES, KvLayout
+
+
+def test_default_sequences_when_the_budget_allows() -> None:
+    layout = kv_layout(ModelParams(), 100, 10, lambda _w: 1 << 30, "m")
+    assert layout == KvLayout(100, DEFAULT_SEQUENCES)
+
+
+def test_fewer_sequences_when_the_budget_is_short_but_never_none() -> None:
+    assert kv_layout(ModelParams(), 100, 10, lambda _w: 2500, "m") == KvLayout(100, 2)
+    with pytest.raises(WasiNNError) as caught:
+        kv_layout(ModelParams(), 100, 10, lambda _w: 999, "m")
+    assert caught.value.kind is ErrorKind.TOO_LARGE
+    assert "max_kv_bytes" in caught.value.message
+
+
+def test_asked_sequences_are_all_or_an_error() -> None:
+    params = ModelParams(n_parallel=3)
+    assert kv_layout(params, 100, 10, lambda _w: 3000, "m") == KvLayout(100, 3)
+    with pytest.raises(WasiNNError, match="3 sequences x 100 tokens"):
+        kv_layout(params, 100, 10, lambda _w: 2999, "m")
+
+
+def test_growth_doubles_within_the_budget_and_the_limits() -> None:
+    params = ModelParams()
+    current = KvLayout(100, 4)
+    assert grown_layout(params, current, 5, 10, lambda _w: 1 << 30) == KvLayout(100, 8)
+    assert grown_layout(params, current, 5, 10, lambda _w: 2000) == KvLayout(100, 6)
+    assert grown_layout(params, current, 5, 10, lambda _w: 999) is None
+    huge = grown_layout(ModelParams(batch_size=1 << 20), current, 10_000, 1, lambda _w: 1 << 40)
+    assert huge == KvLayout(100, MAX_SEQUENCES)

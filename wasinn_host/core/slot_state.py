@@ -1,0 +1,92 @@
+"""The scheduler's state of a request and of a sequence: :class:`Job`, :class:`Slot`, :class:`ContextState`.
+
+Plain data that the worker loop (:mod:`.scheduler`) and its helpers (:mod:`.prefix_reuse`,
+:mod:`.stop_rules`, :mod:`.speculation`, :mod:`.prompt_cache_use`) read and update.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from .draft_budget import PRIOR_ACCEPTANCE
+from .generation import GenerationRequest, GenerationResult
+from .ngram_drafts import NgramDrafter
+from .params import SamplingParams
+from .prompt_cache import Prefetched
+from .runtime import Sampler
+
+
+class ContextState:
+    """The engine's state of one execution context: its sampler and its slot affinity.
+
+    An idle context evicted by its model's worker holds neither (``sampler`` and ``slot`` None): its
+    next request gets a new sampler and re-decodes its tokens in whichever sequence serves it.
+    """
+
+    __slots__ = ("sampler", "sampler_params", "slot", "closed", "cancelled", "mid_stream", "__weakref__")
+
+    def __init__(self) -> None:
+        self.sampler: Sampler | None = None
+        self.sampler_params: SamplingParams | None = None
+        self.slot: Slot | None = None
+        self.closed = False
+        self.cancelled = False
+        self.mid_stream = False
+        """The last request was a streaming step that did not end the stream: the sampler's history
+        (penalties, grammar, random state) is part of what comes next, so eviction keeps the sampler."""
+
+
+@dataclass
+class Slot:
+    """One sequence id of the inference context and the tokens its KV cache holds."""
+
+    seq_id: int
+    kv: list[int] = field(default_factory=list)
+    owner: ContextState | None = None
+    busy: bool = False
+    last_used: float = 0.0
+
+
+@dataclass(eq=False)
+class Job:
+    """A request in the worker's hands: the request, its result and the worker's bookkeeping."""
+
+    request: GenerationRequest
+    state: ContextState
+    result: GenerationResult = field(default_factory=GenerationResult)
+    tokens: list[int] = field(default_factory=list)
+    """The request's tokens, then each sampled token once it is to be decoded."""
+    slot: Slot | None = None
+    order: int = 0
+    logits_index: int = -1
+    t_start: float = 0.0
+    t_first: float = 0.0
+    done: threading.Event = field(default_factory=threading.Event)
+    images: dict[int, Any] = field(default_factory=dict)
+    """The request's images by start index (see ``GenerationRequest.images``)."""
+    cached: Prefetched | None = None
+    """A prompt-cache entry read for this job before it was queued (restored when it starts)."""
+    follows: tuple[Job, int] | None = None
+    """While waiting: the running job decoding this many of its first tokens (copied once decoded)."""
+    drafter: NgramDrafter | None = None
+    draft: list[int] = field(default_factory=list)
+    """Draft tokens decoded after the job's pending ones in this step (``drafts`` requests only)."""
+    draft_indices: list[int] = field(default_factory=list)
+    """Batch indices with logits: the last pending token's, then each draft token's."""
+    acceptance: float = PRIOR_ACCEPTANCE
+    misses: int = 0
+    """Drafts in a row of which no token was accepted."""
+    skip: int = 0
+    """Matches to pass over before the next draft (``2 ** misses - 1`` after a miss)."""
+
+    @property
+    def pending(self) -> int:
+        """Tokens still to decode."""
+        return len(self.tokens) - len(self.slot.kv) if self.slot is not None else len(self.tokens)
+
+    def position(self, index: int) -> int:
+        """The sequence position of token ``index``: the index, less what the images before it save
+        (an M-RoPE image takes ``n_pos`` positions for its ``n_tokens`` tokens; others save none)."""
+        return index - sum(s.n_tokens - s.n_pos for s in self.images.values() if s.start + s.n_tokens <= index)
