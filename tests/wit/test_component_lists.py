@@ -97,7 +97,7 @@ def test_keep_list_heap_stops_the_page_faults() -> None:
         print(json.dumps([default, kept, faults()]))
         """
     )
-    tests = str(GUESTS.parent / "tests")
+    tests = str(GUESTS.parent / "tests" / "wit")
     out = subprocess.run([sys.executable, "-c", script, tests], capture_output=True, text=True, check=True).stdout
     default, kept, after = json.loads(out)
     assert kept is True
