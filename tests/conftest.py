@@ -1,17 +1,27 @@
-"""Shared fixtures: test models built by the project's own code, hosts and guest paths."""
+"""Shared fixtures: test models built by the project's own code, hosts on llama.cpp and on the fake runtime;
+and the speed split: every test in a module without ``pytestmark = pytest.mark.fast`` is marked ``slow``
+(it needs llama.cpp or real guests), so ``pytest -m "not slow"`` runs the fast set in seconds."""
 
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Iterator
+import struct
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from wasinn_host import ModelRegistry, WasiNN
-from wasinn_host.backend.fake import FakeRuntime
+from wasinn_host import Limits, ModelRegistry, WasiNN
+from wasinn_host.backend.fake import FakeRuntime, fake_backend
 from wasinn_host.testing.gguf_models import write_successor_model
 
-pytest_plugins = ["pytester"]  # tests/test_pytest_plugin.py runs throwaway pytest projects
+pytest_plugins = ["pytester"]  # tests/testing/test_pytest_plugin.py runs throwaway pytest projects
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``slow`` every test not marked ``fast`` (the fast modules set ``pytestmark = pytest.mark.fast``)."""
+    for item in items:
+        if item.get_closest_marker("fast") is None:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
@@ -72,3 +82,35 @@ def any_nn(request: pytest.FixtureRequest, registry: ModelRegistry, fake_registr
     if request.param == "fake":
         return WasiNN(registry=fake_registry)
     return WasiNN(registry=registry)
+
+
+GGUF_HEADER = b"GGUF" + struct.pack("<IQQ", 3, 0, 0)
+
+
+@pytest.fixture
+def fake_model(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A file the fake runtime accepts as a model (a bare GGUF header)."""
+    path = tmp_path / "fake.gguf"
+    path.write_bytes(GGUF_HEADER)
+    return path
+
+
+MakeNN = Callable[..., WasiNN]
+
+
+@pytest.fixture
+def make_nn(fake_model: pathlib.Path) -> Iterator[MakeNN]:
+    """``make_nn(limits=None, decode_delay=0.0, n_ctx_train=512)``: a WasiNN whose name ``succ`` is
+    the fake successor model; every host made is closed after the test."""
+    made: list[WasiNN] = []
+
+    def make(limits: Limits | None = None, decode_delay: float = 0.0, n_ctx_train: int = 512) -> WasiNN:
+        backend = fake_backend(
+            [f"succ:GGML:AUTO:{fake_model}"], limits, FakeRuntime(n_ctx_train=n_ctx_train, decode_delay=decode_delay)
+        )
+        made.append(WasiNN(backend=backend))
+        return made[-1]
+
+    yield make
+    for nn in made:
+        nn.registry.close()

@@ -9,7 +9,7 @@ with its :class:`RunOptions`, :class:`Session` (an execution context from Python
 (the guest's return codes), :class:`GuestError`, :class:`PreloadError`.  Everything else is private by
 name or by package.
 
-Layout, top layer first; a package imports only the packages below it (``tests/test_layers.py``):
+Layout, top layer first; a package imports only the packages below it (``tests/package/test_layers.py``):
 
 1. ``cli/``: the ``wasinn`` command, one module per subcommand.
 2. ``pytest_plugin.py`` and ``testing/``: the ``wasinn_run`` fixture, test models, the fuzzers

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fuzz the ``wasi_ephemeral_nn`` imports for longer than the CI test does.
 
-Runs the hypothesis state machine of ``wasinn_host/testing/fuzz/abi.py`` (the same one ``tests/test_fuzz.py``
+Runs the hypothesis state machine of ``wasinn_host/testing/fuzz/abi.py`` (the same one ``tests/ephemeral/test_fuzz.py``
 runs) and prints the calls made, the errno histogram per import and the elapsed time.
 
     python scripts/tools/fuzz_abi.py --examples 400 --steps 60 --seed 1

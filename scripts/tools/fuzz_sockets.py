@@ -2,7 +2,7 @@
 """Fuzz WasmEdge's socket imports for longer than the CI test does.
 
 Runs the hypothesis state machine of ``wasinn_host/testing/fuzz/sockets.py`` (the same one
-``tests/test_socket_fuzz.py`` runs) over one or more seeds and prints the calls made, the errno
+``tests/sockets/test_socket_fuzz.py`` runs) over one or more seeds and prints the calls made, the errno
 histogram per import, the calls that logged a line, waited for the peers or were cancelled, and the
 elapsed time.  Everything stays on loopback.
 

@@ -73,7 +73,7 @@ stages, each starting from the previous stage's export (2 torch threads, machine
    spelling through llama.cpp (seed 7) it scores 98.0-99.2 % on every spelling, above the step-2,100
    weights the periodic evaluation had kept (97.8-99.0 %).
 
-Through ``complete.wasm`` (``tests/test_demo_model.py``, 200 problems per spelling, seed 2026):
+Through ``complete.wasm`` (``tests/e2e/test_demo_model.py``, 200 problems per spelling, seed 2026):
 standard 98.5 %, no newline after ``assistant`` 98.5 %, system message 99.5 %, none 98.5 %, repeated
 end token in history 99.0 %, single 99.0 %, space after the question 97.5 %, newline after it 97.5 %.
 The misses are still borrow digits (127-98 -> 39). Same shape and size (0.73 M parameters, 1.5 MB).

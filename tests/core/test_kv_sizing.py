@@ -9,6 +9,8 @@ from wasinn_host.core.kv_sizing import MAX_SEQUENCES, grown_layout, kv_layout
 from wasinn_host.core.params import ModelParams
 from wasinn_host.core.runtime import DEFAULT_SEQUENCES, KvLayout
 
+pytestmark = pytest.mark.fast
+
 
 def test_default_sequences_when_the_budget_allows() -> None:
     layout = kv_layout(ModelParams(), 100, 10, lambda _w: 1 << 30, "m")

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import pytest
+
 from wasinn_host.core import prefix_reuse
 from wasinn_host.core.prefix_reuse import MIN_SHARED_PREFIX
 
 from .fakes import RecordingContext, Span, job, slot
+
+pytestmark = pytest.mark.fast
 
 
 def test_reusable_keeps_the_shared_prefix_but_never_the_last_token() -> None:

@@ -11,6 +11,8 @@ from wasinn_host.core import prompt_cache, prompt_cache_use
 
 from .fakes import RecordingContext, Span, job, slot
 
+pytestmark = pytest.mark.fast
+
 
 @dataclass
 class Found:

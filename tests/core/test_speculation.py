@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import pytest
+
 from wasinn_host.core import speculation
 from wasinn_host.core.draft_budget import DecodeCost
 from wasinn_host.core.generation import StopReason
 from wasinn_host.core.ngram_drafts import DraftSettings
 
 from .fakes import RecordingContext, job, slot
+
+pytestmark = pytest.mark.fast
 
 REPEATING = [1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2, 3]
 """A prompt whose last 3-gram occurred before: the prompt-lookup drafter offers ``4, 5, 6, 1, ...``."""

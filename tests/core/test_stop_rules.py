@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import pytest
+
 from wasinn_host.core import stop_rules
 from wasinn_host.core.generation import StopReason
 from wasinn_host.core.params import StopParams
 
 from .fakes import EogModel, RecordingContext, Span, job, slot
+
+pytestmark = pytest.mark.fast
 
 MODEL = cast(Any, EogModel())
 

@@ -29,7 +29,7 @@ import numpy as np
 MARGIN = 2.0
 """Logits by which a gap between two tokens may move between batch shapes, splits, thread counts and
 x86-64 kernels (measured on AVX2: up to 0.84 for Gemma 3 270M Q4_K_M, 0 for SmolLM2 Q4_1;
-``tests/test_cpu_independence.py`` measures it again on each machine the suite runs on)."""
+``tests/llama/test_cpu_independence.py`` measures it again on each machine the suite runs on)."""
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """A hypothesis state machine that fuzzes all 12 ``wasi_ephemeral_nn`` imports through a real wasm instance.
 
-Used by ``tests/test_fuzz.py`` (a short, derandomized CI run) and ``scripts/fuzz_abi.py`` (long runs).
+Used by ``tests/ephemeral/test_fuzz.py`` (a short, derandomized CI run) and ``scripts/fuzz_abi.py`` (long runs).
 
 Each example gets a fresh Store holding one instance of the ABI guest (``abi_guest.py``).  Rules call
 the imports with random *and* edge-case pointers (0, inside, exactly at the end, one past, straddling,

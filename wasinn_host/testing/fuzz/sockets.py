@@ -1,6 +1,6 @@
 """A hypothesis state machine that fuzzes WasmEdge's socket imports through a real wasm instance.
 
-Used by ``tests/test_socket_fuzz.py`` (a short, derandomized CI run) and ``scripts/tools/fuzz_sockets.py``
+Used by ``tests/sockets/test_socket_fuzz.py`` (a short, derandomized CI run) and ``scripts/tools/fuzz_sockets.py``
 (long runs, any seed), the way :mod:`wasinn_host.testing.fuzz.abi` fuzzes ``wasi_ephemeral_nn``.
 
 Each example instantiates the socket probe (:mod:`.socket_probe`, V1 or V2 forms) in a fresh Store

@@ -1,0 +1,212 @@
+"""The engine's scheduling and stop rules, driven directly on the fake runtime (no llama.cpp)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import pathlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from wasinn_host.backend.fake import FakeModel, FakeRuntime
+from wasinn_host.core.errors import ErrorKind
+from wasinn_host.core.generation import GenerationRequest, GenerationResult, StopReason
+from wasinn_host.core.params import ModelParams, SamplingParams, StopParams
+from wasinn_host.core.runtime import Context, KvLayout
+from wasinn_host.core.scheduler import ContextState, ModelWorker
+from wasinn_host.testing.successor import successor_tokenize
+
+pytestmark = pytest.mark.fast
+
+GREEDY = SamplingParams(temp=0.0)
+
+
+def make_worker(
+    model_path: pathlib.Path, n_seq: int = 4, batch: int = 64, n_ctx_seq: int = 64, delay: float = 0.0, grow_to: int = 0
+) -> ModelWorker:
+    """A worker on the fake runtime with ``n_seq`` sequences of ``n_ctx_seq`` cells; with ``grow_to``,
+    it may grow to that many sequences when more contexts compute at once."""
+    runtime = FakeRuntime(decode_delay=delay)
+    params = ModelParams(n_parallel=n_seq, batch_size=batch)
+    model = runtime.load_model(model_path, params)
+
+    def grow(wanted: int) -> Callable[[], Context] | None:  # as the registry does: at least double, up to the cap
+        n = min(max(wanted, 2 * made.context.n_seq), grow_to)
+        return (
+            functools.partial(runtime.new_context, model, params, KvLayout(n_ctx_seq, n))
+            if n > made.context.n_seq
+            else None
+        )
+
+    layout = KvLayout(n_ctx_seq, n_seq)
+    made = ModelWorker(model, runtime.new_context(model, params, layout), "fake", grow if grow_to else None)
+    return made
+
+
+@pytest.fixture
+def worker(fake_model: pathlib.Path) -> Iterator[ModelWorker]:
+    w = make_worker(fake_model)
+    yield w
+    w.close()
+
+
+def request(prompt: str, limit: int = 100, stopping: StopParams | None = None, **kwargs: Any) -> GenerationRequest:
+    """A greedy request for ``prompt``; ``kwargs`` set the other :class:`GenerationRequest` fields."""
+    made = GenerationRequest(tuple(successor_tokenize(prompt)), limit, GREEDY, stopping or StopParams())
+    return dataclasses.replace(made, **kwargs)
+
+
+def text(result: GenerationResult) -> str:
+    return bytes(result.text).decode()
+
+
+def test_stop_reasons(worker: ModelWorker) -> None:
+    state = ContextState()
+    eos = worker.submit(request("w"), state)
+    assert (text(eos), eos.stop_reason, eos.error) == ("xyz</s>", StopReason.EOS, None)
+    assert worker.submit(request("a", limit=3), state).stop_reason is StopReason.N_PREDICT
+    assert worker.submit(request("a", limit=0), state).stop_reason is StopReason.LIMIT
+    stop = worker.submit(request("a", stopping=StopParams(stop=("ef",))), state)
+    assert (text(stop), stop.stop_reason) == ("bcd", StopReason.STOP)
+    full = worker.submit(request("7"), state)  # an endless digit cycle: 64 cells hold BOS, "7" and 62 tokens
+    assert (full.stop_reason, len(full.generated)) == (StopReason.CONTEXT_FULL, 64 - 2 + 1)  # + one not decoded
+    step = worker.submit(request("a", limit=1, streaming=True), state)
+    assert (text(step), step.stop_reason) == ("b", StopReason.TOKEN)
+
+
+def test_output_limit_is_an_error_with_the_output_kept(worker: ModelWorker) -> None:
+    result = worker.submit(request("a", max_output_bytes=3), ContextState())
+    assert result.error is not None and result.error.kind is ErrorKind.TOO_LARGE
+    assert (text(result), result.stop_reason) == ("bcde", StopReason.OUTPUT_LIMIT)
+
+
+def test_prefix_is_reused_and_a_long_prompt_is_decoded_in_chunks(fake_model: pathlib.Path) -> None:
+    worker = make_worker(fake_model, batch=4)
+    state = ContextState()
+    first = worker.submit(request("ABCDEFGHIJ", limit=1), state)  # 11 tokens in batches of at most 4
+    assert (text(first), first.reused_tokens) == ("K", 0)
+    second = worker.submit(request("ABCDEFGHIJKLM", limit=1), state)
+    assert (text(second), second.reused_tokens) == ("N", 11)
+    assert worker.decode_calls == 3 + 1
+    worker.close()
+
+
+def test_contexts_decode_together(fake_model: pathlib.Path) -> None:
+    worker = make_worker(fake_model, delay=0.005)
+    results: list[GenerationResult] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(worker.submit(request("a"), ContextState()))) for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [text(r) for r in results] == ["bcdefghijklmnopqrstuvwxyz</s>"] * 4
+    assert worker.sequences_decoded / worker.decode_calls > 2.0, "four sequences share most decodes"
+    worker.close()
+
+
+def test_priority_then_arrival_order(fake_model: pathlib.Path) -> None:
+    worker = make_worker(fake_model, n_seq=1, delay=0.01)
+    order: list[str] = []
+    blocker = threading.Thread(target=worker.submit, args=(request("7", limit=30), ContextState()))
+    blocker.start()
+    while worker.active != 1:
+        pass
+
+    def run(name: str, priority: int) -> None:
+        worker.submit(request("a", limit=1, priority=priority), ContextState())
+        order.append(name)
+
+    threads = []
+    for name, priority, queued in (("low", 0, 1), ("high", 5, 2), ("low2", 0, 3)):
+        threads.append(threading.Thread(target=run, args=(name, priority)))
+        threads[-1].start()
+        while worker.queued != queued:
+            pass
+    for thread in [blocker, *threads]:
+        thread.join()
+    assert order == ["high", "low", "low2"]
+    worker.close()
+
+
+def test_full_queue_is_busy_and_cancel_is_a_runtime_error(fake_model: pathlib.Path) -> None:
+    worker = make_worker(fake_model, n_seq=1, delay=0.01)
+    state = ContextState()
+    blocker = threading.Thread(target=worker.submit, args=(request("7", limit=1000), state))
+    blocker.start()
+    while worker.active != 1:
+        pass
+    busy = worker.submit(request("a", max_queue=0), ContextState())
+    assert busy.error is not None and busy.error.kind is ErrorKind.BUSY
+    state.cancelled = True
+    blocker.join()
+    again = worker.submit(request("a"), state)
+    assert again.error is not None and again.error.kind is ErrorKind.RUNTIME_ERROR
+    worker.close()
+
+
+def test_context_shift_keeps_generating(worker: ModelWorker) -> None:
+    result = worker.submit(request("7", limit=200, ctx_shift=True, n_keep=1), ContextState())
+    assert (result.stop_reason, len(result.generated)) == (StopReason.N_PREDICT, 200)
+    assert text(result) == ("8901234567" * 20)
+
+
+def test_embedding_mode_frees_the_cells(fake_model: pathlib.Path) -> None:
+    worker = make_worker(fake_model)
+    result = worker.submit(request("abc", embed=True, limit=0), ContextState())
+    assert result.stop_reason is StopReason.EMBEDDING and len(result.embedding) == 8
+    assert all(not slot.kv for slot in worker.slots)
+    worker.close()
+
+
+def test_request_records_are_immutable() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request("a").limit = 3  # type: ignore[misc]  # mypy rejects writing a frozen field: the test checks it fails
+
+
+def test_fake_model_tokenizes_like_the_real_vocabulary(fake_model: pathlib.Path) -> None:
+    model = FakeModel(fake_model, 512)
+    assert model.tokenize(b"a b") == successor_tokenize("a b")
+    assert model.tokenize("é".encode()) == successor_tokenize("é")
+    assert b"".join(model.piece(t) for t in model.tokenize(b"<s>x</s>", add_special=False)) == b"<s>x</s>"
+
+
+def test_sequences_grow_when_more_contexts_compute(fake_model: pathlib.Path) -> None:
+    """Two sequences to start with; eight contexts computing at once make the worker move to bigger
+    contexts (re-decoding the running jobs' tokens) until all eight decode together."""
+    worker = make_worker(fake_model, n_seq=2, delay=0.002, grow_to=8)
+    results: list[GenerationResult] = []
+
+    def run(prompt: str) -> None:
+        results.append(worker.submit(request(prompt, limit=20), ContextState()))
+
+    threads = [threading.Thread(target=run, args=("a",)) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [text(r) for r in results] == ["bcdefghijklmnopqrstu"] * 8
+    assert (len(worker.slots), worker.sequences_high_water) == (8, 8)
+    assert worker.growths in (1, 2), "2 -> 8, or 2 -> 4 -> 8 when the contexts arrive one by one"
+    worker.close()
+
+
+@dataclasses.dataclass
+class _Span:
+    """An image's place in a prompt, as ``vision.ImageSpan`` holds it (without its libmtmd chunk)."""
+
+    start: int
+    n_tokens: int
+    n_pos: int
+
+
+def test_positions_after_m_rope_images_advance_by_their_positions_not_their_tokens() -> None:
+    from wasinn_host.core.scheduler import Job
+
+    job = Job(GenerationRequest((1,) * 20, 0, GREEDY, StopParams()), ContextState())
+    job.images = {3: _Span(3, 4, 2), 10: _Span(10, 6, 6)}  # an M-RoPE image, then an ordinary one
+    assert [job.position(i) for i in range(20)] == [0, 1, 2, 3, 4, 5, 6, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]

@@ -1,0 +1,263 @@
+"""WASI-NN over gRPC: real guests through `wasinn serve`'s server and the remote backend, a raw
+grpcio client speaking exactly what WasmEdge's client sends, errno trailers, streamed pieces. Sessions and
+security are in test_rpc_security.py, the commands and scale-out in test_rpc_commands.py."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+from typing import Any
+
+import grpc
+import pytest
+
+from wasinn_host import ModelRegistry, RunOptions, WasiNN
+from wasinn_host.core.errors import ErrorKind, WasiNNError
+from wasinn_host.launch.runner import run_instances
+from wasinn_host.rpc.messages import SESSION_KEY, host, host_grpc, nn, nn_grpc
+from wasinn_host.rpc.server import NNServer
+from wasinn_host.rpc.service import NNService
+from wasinn_host.testing.gguf_models import successor_text
+from wasinn_host.testing.guest_runs import GUESTS, run_guest
+
+from .servers import errno_of_call, serve, serve_command
+
+CASES = [
+    ("complete", ["succ", "hello"], {}, None),
+    ("complete", ["succ", "3"], {"n_predict": "8"}, None),
+    ("complete", ["succ", "a"], {"reverse_prompt": "fg"}, None),
+    ("complete", ["nope", "a"], {}, None),
+    ("complete", ["missing", "a"], {}, None),
+    ("complete", ["succ", "1"], {"ctx_size": "32"}, None),
+    ("chat", ["succ"], {"temp": "0"}, "hello\nabc\n"),
+]
+
+
+@pytest.mark.parametrize(("guest", "args", "env", "stdin"), CASES)
+def test_guests_remote_equal_in_process(
+    nn: WasiNN,
+    remote: WasiNN,
+    tmp_path: pathlib.Path,
+    guest: str,
+    args: list[str],
+    env: dict[str, str],
+    stdin: str | None,
+) -> None:
+    """Exit code, output and error lines are the same; the metadata's WasmEdge head too."""
+    local = run_guest(nn, tmp_path, guest, args, env=env, stdin=stdin)
+    over_rpc = run_guest(remote, tmp_path, guest, args, env=env, stdin=stdin)
+    assert over_rpc[:2] == local[:2]
+    head = [line.split(', "stop_reason"')[0] for line in local[2].splitlines()]
+    assert [line.split(', "stop_reason"')[0] for line in over_rpc[2].splitlines()] == head
+
+
+def test_streaming_guest_over_rpc(remote: WasiNN, tmp_path: pathlib.Path) -> None:
+    code, out, _ = run_guest(remote, tmp_path, "chat", ["succ"], stdin="hello\n", env={"temp": "0"})
+    assert (code, out.splitlines()[0]) == (0, successor_text("hello"))
+
+
+def _count_calls(monkeypatch: pytest.MonkeyPatch, calls: list[str], *methods: str) -> None:
+    """Record every call of these server methods (patched before the server is built)."""
+    for method in methods:
+        original = getattr(NNService, method)
+
+        def counted(self: NNService, request: Any, context: Any, _m: str = method, _f: Any = original) -> Any:
+            calls.append(_m)
+            return _f(self, request, context)
+
+        monkeypatch.setattr(NNService, method, counted)
+
+
+def test_streaming_takes_one_round_trip_per_token(
+    registry: ModelRegistry, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Against wasinn serve, compute_single brings the piece along: no GetOutputSingle call."""
+    calls: list[str] = []
+    _count_calls(monkeypatch, calls, "ComputeSingle", "ComputeSingleOutput", "GetOutputSingle")
+    srv = serve(registry, tmp_path / "nn.sock")
+    client = WasiNN(rpc=f"unix:{srv.address.unix_path}")
+    try:
+        with client.session("succ") as session:
+            assert b"".join(session.stream("abc")) == b"defghijklmnopqrstuvwxyz"
+        assert calls == ["ComputeSingleOutput"] * 24  # 23 letters, then the end of the sequence
+    finally:
+        client.close()
+        srv.stop(1)
+
+
+def test_streaming_falls_back_to_two_calls(
+    registry: ModelRegistry, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server without ComputeSingleOutput (an older wasinn serve): the same pieces, two calls a token."""
+
+    def unimplemented(self: NNService, request: Any, context: Any) -> Any:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+
+    monkeypatch.setattr(NNService, "ComputeSingleOutput", unimplemented)
+    calls: list[str] = []
+    _count_calls(monkeypatch, calls, "ComputeSingle", "GetOutputSingle")
+    srv = serve(registry, tmp_path / "nn.sock")
+    client = WasiNN(rpc=f"unix:{srv.address.unix_path}")
+    try:
+        with client.session("succ") as session:
+            assert b"".join(session.stream("abc")) == b"defghijklmnopqrstuvwxyz"
+        assert (calls.count("ComputeSingle"), calls.count("GetOutputSingle")) == (24, 23)
+    finally:
+        client.close()
+        srv.stop(1)
+
+
+def test_session_over_rpc(remote: WasiNN) -> None:
+    with remote.session("succ", {"n-predict": 5}) as session:
+        assert session.complete("abc") == "defgh"
+        assert session.metadata["output_tokens"] == 5
+        assert b"".join(session.stream("x")) == b"yz"
+        assert b"".join(session.stream("abc")) == b"defgh"  # n-predict bounds a stream too
+    with pytest.raises(WasiNNError) as info:
+        remote.session("nope")
+    assert info.value.kind is ErrorKind.NOT_FOUND
+
+
+def test_eight_instances_over_rpc(remote: WasiNN, capfd: pytest.CaptureFixture[str]) -> None:
+    results = run_instances(remote, GUESTS / "complete.wasm", ["succ", "hello"], RunOptions(), 8)
+    assert [r.code for r in results] == [0] * 8
+    assert capfd.readouterr().out.splitlines() == [successor_text("hello") + "</s>"] * 8
+
+
+def test_raw_wasmedge_client(server: NNServer) -> None:
+    """No session metadata, ty = the guest's witx U8 (3), handles shared as in WasmEdge's server."""
+    channel = grpc.insecure_channel(server.address.target)
+    graph, resource = nn_grpc.GraphStub(channel), nn_grpc.GraphResourceStub(channel)
+    context = nn_grpc.GraphExecutionContextResourceStub(channel)
+    handle = graph.LoadByName(nn.LoadByNameRequest(name="succ")).graph_handle
+    assert graph.LoadByName(nn.LoadByNameRequest(name="succ")).graph_handle == handle  # one shared scope
+    ctx = resource.InitExecutionContext(nn.InitExecutionContextRequest(resource_handle=handle)).ctx_handle
+
+    def tensor(data: bytes, ty: int = 3) -> Any:
+        return nn.Tensor(dimensions=[len(data)], ty=ty, data=data)
+
+    context.SetInput(nn.SetInputRequest(resource_handle=ctx, index=1, tensor=tensor(b'{"n-predict": 4}')))
+    context.SetInput(nn.SetInputRequest(resource_handle=ctx, index=0, tensor=tensor(b"abc")))
+    context.Compute(nn.ComputeRequest(resource_handle=ctx))
+    assert context.GetOutput(nn.GetOutputRequest(resource_handle=ctx, index=0)).data == b"defg"
+    meta = context.GetOutput(nn.GetOutputRequest(resource_handle=ctx, index=1)).data
+    assert meta.startswith(b'{"input_tokens": 4, "output_tokens": 4, "llama_build_number": ')
+    # streaming: two unary calls per token, end of sequence as errno 100
+    context.SetInput(nn.SetInputRequest(resource_handle=ctx, index=1, tensor=tensor(b'{"n-predict": 100}')))
+    context.SetInput(nn.SetInputRequest(resource_handle=ctx, index=0, tensor=tensor(b"x")))
+    pieces = []
+    for _ in range(5):
+        try:
+            context.ComputeSingle(nn.ComputeRequest(resource_handle=ctx))
+        except grpc.RpcError as exc:
+            assert dict(exc.trailing_metadata())["errno"] == "100"
+            break
+        pieces.append(context.GetOutputSingle(nn.GetOutputRequest(resource_handle=ctx, index=0)).data)
+    assert pieces == [b"y", b"z"]
+    context.FiniSingle(nn.FiniSingleRequest(resource_handle=ctx))
+    # errno trailers for every kind of error
+    assert errno_of_call(graph.LoadByName, nn.LoadByNameRequest(name="nope")) == 8
+    assert errno_of_call(graph.LoadByName, nn.LoadByNameRequest(name="missing")) == 103
+    assert errno_of_call(graph.LoadByNameWithConfig, nn.LoadByNameWithConfigRequest(name="succ", config="{")) == 2
+    bad_ctx = nn.InitExecutionContextRequest(resource_handle=99)
+    assert errno_of_call(resource.InitExecutionContext, bad_ctx) == 1
+    for accepted in (0, 1, 2, 4):  # what WasmEdge accepts (4: U8 in this proto's enum)
+        context.SetInput(nn.SetInputRequest(resource_handle=ctx, index=0, tensor=tensor(b"abcd", ty=accepted)))
+    i32 = nn.SetInputRequest(resource_handle=ctx, index=0, tensor=tensor(b"abcd", ty=5))
+    assert errno_of_call(context.SetInput, i32) == 1
+    # output_max_size (WasmEdge's newest field): larger outputs are errno 7; 0 (older clients): no limit
+    context.Compute(nn.ComputeRequest(resource_handle=ctx))
+    answer = successor_text("abcd").encode() + b"</s>"
+    exact = nn.GetOutputRequest(resource_handle=ctx, index=0, output_max_size=len(answer))
+    assert context.GetOutput(exact).data == answer
+    small = nn.GetOutputRequest(resource_handle=ctx, index=0, output_max_size=len(answer) - 1)
+    assert errno_of_call(context.GetOutput, small) == 7
+    assert context.GetOutput(nn.GetOutputRequest(resource_handle=ctx, index=0)).data == answer
+    piece = nn.GetOutputRequest(resource_handle=ctx, index=0, output_max_size=4)
+    assert context.GetOutputSingle(piece).data == b"</s>"
+    assert errno_of_call(context.GetOutputSingle, nn.GetOutputRequest(resource_handle=ctx, output_max_size=3)) == 7
+    assert errno_of_call(context.Compute, nn.ComputeRequest(resource_handle=77)) == 1
+    assert errno_of_call(context.GetOutput, nn.GetOutputRequest(resource_handle=77, index=0)) == 1
+    # path-bearing keys are refused from remote clients; context full is 101 with the output kept
+    image = nn.SetInputRequest(resource_handle=ctx, index=1, tensor=tensor(b'{"image": "/etc/passwd"}'))
+    assert errno_of_call(context.SetInput, image) == 1
+    with_mmproj = nn.LoadByNameWithConfigRequest(name="succ", config='{"model": {"mmproj": "/x"}}')
+    assert errno_of_call(graph.LoadByNameWithConfig, with_mmproj) == 1
+    # in the shared scope a name loads once (WasmEdge); a session gets the config it asks for
+    mine = ((SESSION_KEY, "mine"),)
+    request = nn.LoadByNameWithConfigRequest(name="succ", config='{"ctx-size": 8}')
+    small = graph.LoadByNameWithConfig(request, metadata=mine).graph_handle
+    init = nn.InitExecutionContextRequest(resource_handle=small)
+    ctx2 = resource.InitExecutionContext(init, metadata=mine).ctx_handle
+    context.SetInput(nn.SetInputRequest(resource_handle=ctx2, index=0, tensor=tensor(b"1")), metadata=mine)
+    assert errno_of_call(context.Compute, nn.ComputeRequest(resource_handle=ctx2), mine) == 101
+    output = context.GetOutput(nn.GetOutputRequest(resource_handle=ctx2, index=0), metadata=mine).data
+    assert output == successor_text("1", 7).encode()
+    # this host's own service: load from bytes is off by default
+    host_stub = host_grpc.HostStub(channel)
+    assert errno_of_call(host_stub.Load, host.LoadRequest(model=b"GGUF")) == 6
+    channel.close()
+
+
+def test_stream_stdout_is_printed_by_the_client_not_the_server(
+    remote: WasiNN, tmp_path: pathlib.Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """WasmEdge's basic example prints only a newline and relies on stream-stdout: the client, the
+    guest's host, writes the pieces to the guest's stdout; the server (in this process too) never
+    prints, so they appear once."""
+    code, out, _ = run_guest(remote, tmp_path, "complete", ["succ", "u"], env={"stream_stdout": "true"})
+    assert (code, out) == (0, "vwxyz</s>vwxyz</s>\n")
+    assert capfd.readouterr().out == ""
+    code, out, _ = run_guest(remote, tmp_path, "complete", ["succ", "u"])
+    assert (code, out, capfd.readouterr().out) == (0, "vwxyz</s>\n", "")
+
+
+def test_pieces_stream_as_they_are_generated(remote: WasiNN) -> None:
+    """Compute with stream-stdout gets one piece per token through ComputePieces, then the output."""
+    with remote.session("succ", {"n-predict": 5}) as session:
+        context = session._context
+        context.set_prompt(b"abc")
+        pieces: list[bytes] = []
+        context.generate(pieces.append)
+        assert pieces == [b"d", b"e", b"f", b"g", b"h"]
+        assert session.metadata["output_tokens"] == 5 and bytes(context.output) == b"defgh"
+
+
+def test_stream_stdout_from_a_server_without_compute_pieces(
+    registry: ModelRegistry, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """WasmEdge's server (no ComputePieces): the client writes the whole output after compute."""
+
+    def unimplemented(self: NNService, request: Any, context: Any) -> Any:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+
+    monkeypatch.setattr(NNService, "ComputePieces", unimplemented)
+    srv = serve(registry, tmp_path / "nn.sock")
+    client = WasiNN(rpc=f"unix:{srv.address.unix_path}")
+    try:
+        code, out, _ = run_guest(client, tmp_path, "complete", ["succ", "u"], env={"stream_stdout": "true"})
+        assert (code, out, capfd.readouterr().out) == (0, "vwxyz</s>vwxyz</s>\n", "")
+    finally:
+        client.close()
+        srv.stop(1)
+
+
+def test_stream_stdout_through_the_commands(tmp_path: pathlib.Path, successor_path: pathlib.Path) -> None:
+    """`wasinn serve` + `wasinn run --nn-rpc-uri` print what an in-process run prints."""
+    sock = tmp_path / "ss.sock"
+    proc = serve_command(sock, successor_path)
+    try:
+        outputs = []
+        for where in (["--nn-rpc-uri", f"unix:{sock}"], ["--nn-preload", f"succ:GGML:AUTO:{successor_path}"]):
+            run = subprocess.run(
+                [sys.executable, "-m", "wasinn_host.cli", "run", *where, "--env", "stream_stdout=1"]
+                + [str(GUESTS / "complete.wasm"), "succ", "w"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            outputs.append((run.returncode, run.stdout))
+        assert outputs == [(0, "xyz</s>xyz</s>\n")] * 2  # the streamed pieces, then the guest's own print
+    finally:
+        proc.kill()
