@@ -10,6 +10,7 @@ import struct
 import wasmtime
 
 from wasinn_host import WasiNN
+from wasinn_host.sockets.passthrough import reexport_wat
 
 WASI = "wasi_snapshot_preview1"
 PROBE_IMPORTS = {
@@ -39,20 +40,8 @@ FD, ADDR, ADDR_BYTES, STORAGE, IOV, DATA, OUT = 0, 16, 32, 64, 256, 512, 1024
 
 
 def probe_wat() -> str:
-    lines = ["(module"]
-    for name, arity in PROBE_IMPORTS.items():
-        lines.append(f'(import "{WASI}" "{name}" (func ${name} (param{" i32" * arity}) (result i32)))')
-    lines.append(f'(import "{WASI}" "clock_time_get" (func $clock (param i32 i64 i32) (result i32)))')
-    lines.append('(memory (export "memory") 1)')
-    for name, arity in PROBE_IMPORTS.items():
-        gets = " ".join(f"local.get {i}" for i in range(arity))
-        lines.append(f'(func (export "{name}") (param{" i32" * arity}) (result i32) {gets} call ${name})')
-    lines.append(
-        '(func (export "clock_time_get") (param i32 i64 i32) (result i32) '
-        "local.get 0 local.get 1 local.get 2 call $clock)"
-    )
-    lines.append('(func (export "_start")))')
-    return "\n".join(lines)
+    """The probe module: each of PROBE_IMPORTS re-exported (the socket layer's own re-export builder)."""
+    return reexport_wat(WASI, PROBE_IMPORTS, 1)
 
 
 class Probe:
