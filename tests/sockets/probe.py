@@ -3,9 +3,12 @@ embedding API so a test calls each import with the arguments it chooses (tests/s
 
 from __future__ import annotations
 
+import os
 import pathlib
+import selectors
 import socket
 import struct
+import time
 
 import wasmtime
 
@@ -153,3 +156,17 @@ def getaddrinfo(probe: Probe, node: bytes, service: bytes) -> tuple[int, list[by
         data = probe.read(probe.u32(sockaddr + 8), 14)
         records.append(head[2:5] + head[8:9] + probe.read(sockaddr, 1) + data)
     return 0, records
+
+
+def read_line(stream: object, timeout: float) -> bytes:
+    """One line from a child process's pipe, or what came before ``timeout`` seconds or the end."""
+    selector = selectors.DefaultSelector()
+    selector.register(stream, selectors.EVENT_READ)  # type: ignore[arg-type]
+    line = b""
+    deadline = time.monotonic() + timeout
+    while not line.endswith(b"\n") and selector.select(max(0.0, deadline - time.monotonic())):
+        chunk = os.read(stream.fileno(), 1)  # type: ignore[attr-defined]
+        if not chunk:
+            break
+        line += chunk
+    return line

@@ -10,11 +10,9 @@ connections (item 7, the refusal's log line, is in test_socket_refusals.py).
 from __future__ import annotations
 
 import http.client
-import os
 import pathlib
 import re
 import resource
-import selectors
 import signal
 import socket
 import struct
@@ -27,6 +25,8 @@ import pytest
 import wasmtime
 
 from wasinn_host.testing.guest_runs import GUESTS
+
+from .probe import read_line
 
 SERVER = GUESTS / "socket_server.wasm"
 WAIT = 30.0
@@ -246,19 +246,6 @@ def test_an_embedding_process_caps_every_store_and_the_process() -> None:
 
 
 # -- item 6: the shipped server survives its clients ----------------------------------------------
-
-
-def read_line(stream: object, timeout: float) -> bytes:
-    selector = selectors.DefaultSelector()
-    selector.register(stream, selectors.EVENT_READ)  # type: ignore[arg-type]
-    line = b""
-    deadline = time.monotonic() + timeout
-    while not line.endswith(b"\n") and selector.select(max(0.0, deadline - time.monotonic())):
-        chunk = os.read(stream.fileno(), 1)  # type: ignore[attr-defined]
-        if not chunk:
-            break
-        line += chunk
-    return line
 
 
 class Server:

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import http.client
 import logging
-import os
 import pathlib
 import re
-import selectors
 import signal
 import socket
 import struct
@@ -25,6 +23,8 @@ from wasinn_host import GuestError, RunOptions, WasiNN
 from wasinn_host.sockets import SocketPolicy
 from wasinn_host.testing.gguf_models import successor_text
 from wasinn_host.testing.guest_runs import GUESTS
+
+from .probe import read_line
 
 SERVER = GUESTS / "socket_server.wasm"
 WAIT = 30.0  # seconds: the longest any socket wait in these tests may take
@@ -188,19 +188,6 @@ def wasinn_run(*args: str) -> subprocess.Popen[bytes]:
         stderr=subprocess.PIPE,
         cwd=GUESTS.parent,
     )
-
-
-def read_line(stream: object, timeout: float) -> bytes:
-    selector = selectors.DefaultSelector()
-    selector.register(stream, selectors.EVENT_READ)  # type: ignore[arg-type]
-    line = b""
-    deadline = time.monotonic() + timeout
-    while not line.endswith(b"\n") and selector.select(max(0.0, deadline - time.monotonic())):
-        chunk = os.read(stream.fileno(), 1)  # type: ignore[attr-defined]
-        if not chunk:
-            break
-        line += chunk
-    return line
 
 
 def test_wasinn_run_serves_and_ctrl_c_ends_it_with_connections_open(preload_specs: list[str]) -> None:
