@@ -38,7 +38,7 @@ import wasmtime
 from guests_together import run_together
 
 from wasinn_host import ModelRegistry, WasiNN
-from wasinn_host.llama.runtime import init_backend
+from wasinn_host.llama.log import init_backend
 from wasinn_host.testing.real_models import real_model_path
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -51,7 +51,8 @@ from guests_together import run_together
 
 from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.core.ngram_drafts import DraftSettings, NgramDrafter
-from wasinn_host.llama.runtime import default_threads, init_backend
+from wasinn_host.llama.log import init_backend
+from wasinn_host.llama.model import default_threads
 from wasinn_host.testing.real_models import real_model_path
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,7 +26,8 @@ import time
 import traceback
 from typing import Any
 
-from wasinn_host.testing.fuzz.abi import make_env, run_fuzz
+from wasinn_host.testing.fuzz.abi import run_fuzz
+from wasinn_host.testing.fuzz.abi_env import make_env
 
 
 class _TextOnly:

@@ -15,8 +15,10 @@ from collections.abc import Iterator
 import pytest
 
 from wasinn_host import ModelRegistry, WasiNN
+from wasinn_host.ephemeral.imports import SIGNATURES
 from wasinn_host.testing.abi_guest import AbiGuest
-from wasinn_host.testing.fuzz.abi import SIGNATURES, FuzzEnv, make_env, run_fuzz
+from wasinn_host.testing.fuzz.abi import run_fuzz
+from wasinn_host.testing.fuzz.abi_env import FuzzEnv, make_env
 
 EXAMPLES = 200
 STEPS = 50

@@ -13,7 +13,7 @@ import pytest
 import wasmtime
 
 from wasinn_host import Errno, GuestError, RunOptions, WasiNN
-from wasinn_host.llama.runtime import LLAMA_BUILD_NUMBER, LLAMA_COMMIT
+from wasinn_host.llama.version import LLAMA_BUILD_NUMBER, LLAMA_COMMIT
 from wasinn_host.testing.abi_guest import AbiGuest
 from wasinn_host.testing.gguf_models import successor_text
 

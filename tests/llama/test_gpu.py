@@ -28,8 +28,9 @@ from wasinn_host.core.preload import Target
 from wasinn_host.core.registry import LoadedModel
 from wasinn_host.llama import devices
 from wasinn_host.llama.gguf_layout import read_layout
+from wasinn_host.llama.model import LlamaModel, model_sizes
 from wasinn_host.llama.offload import ALL_LAYERS, margin_for
-from wasinn_host.llama.runtime import LLAMA_COMMIT, LlamaModel, model_sizes
+from wasinn_host.llama.version import LLAMA_COMMIT
 from wasinn_host.rpc.server import NNServer, ServeOptions
 from wasinn_host.testing.abi_guest import AbiGuest
 from wasinn_host.testing.gguf_models import write_random_model

@@ -30,7 +30,8 @@ from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.core.config import parse_config, schema_to_grammar
 from wasinn_host.core.inference import InferenceContext
 from wasinn_host.core.params import ContextParams, SamplingParams
-from wasinn_host.llama import runtime as host_llama
+from wasinn_host.llama import context as host_context
+from wasinn_host.llama import sampler as host_sampler
 from wasinn_host.llama.grammar_sampling import GrammarSampler, GreedySampler, allowed_indices
 from wasinn_host.llama.piece_trie import PieceTrie
 from wasinn_host.testing.gguf_models import write_successor_model
@@ -185,16 +186,16 @@ def vocabs() -> Iterator[dict[str, Any]]:
 def recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple[np.ndarray, int]]:
     """Every (logits, token) the host's samplers see and choose during the test."""
     steps: list[tuple[np.ndarray, int]] = []
-    original = host_llama.Sampler.sample
+    original = host_sampler.Sampler.sample
 
-    def sample(self: host_llama.Sampler, ctx: host_llama.LlamaContext, batch_index: int) -> int:
+    def sample(self: host_sampler.Sampler, ctx: host_context.LlamaContext, batch_index: int) -> int:
         raw = llama_cpp.llama_get_logits_ith(ctx.ptr, batch_index)
         logits = np.ctypeslib.as_array(raw, shape=(ctx.model.n_vocab,)).copy()
         token = original(self, ctx, batch_index)
         steps.append((logits, token))
         return token
 
-    monkeypatch.setattr(host_llama.Sampler, "sample", sample)
+    monkeypatch.setattr(host_sampler.Sampler, "sample", sample)
     return steps
 
 
@@ -205,7 +206,7 @@ def host_run(nn: WasiNN, name: str, config: dict[str, Any], prompt: str) -> tupl
         context = session._context
         assert isinstance(context, InferenceContext)
         sampler = context.state.sampler
-        assert isinstance(sampler, host_llama.Sampler)
+        assert isinstance(sampler, host_sampler.Sampler)
         return list(context.output_tokens), sampler.grammar or sampler.greedy
 
 

@@ -43,8 +43,9 @@ def collect_info() -> dict[str, Any]:
     import llama_cpp
 
     from ..llama import devices
+    from ..llama.log import init_backend
     from ..llama.offload import GPU_BUILD_HINT
-    from ..llama.runtime import LLAMA_BUILD_NUMBER, LLAMA_COMMIT, init_backend
+    from ..llama.version import LLAMA_BUILD_NUMBER, LLAMA_COMMIT
 
     init_backend()
     offload = devices.can_offload()

@@ -1,6 +1,8 @@
 """The llama.cpp backend, behind the core's protocols (:mod:`wasinn_host.core.runtime`).
 
-:mod:`.runtime` (model, context, sampler chain and the runtime the registry loads models with),
+:mod:`.runtime` (the runtime the registry loads models with), :mod:`.model` (weights, vocabulary,
+sizes), :mod:`.context` (batches, decoding, per-sequence KV), :mod:`.sampler` (the sampler chain),
+:mod:`.version` (the linked llama.cpp),
 :mod:`.bindings` (llama-cpp-python's ctypes bindings without its high-level layer), :mod:`.log`
 (llama.cpp's log), :mod:`.grammar_sampling` and :mod:`.piece_trie` (grammar-constrained sampling),
 :mod:`.vision` (images through libmtmd), :mod:`.devices`, :mod:`.offload` and :mod:`.gguf_layout`

@@ -10,7 +10,7 @@ The rules, in order:
    saying so and how to install a GPU build.
 
 Everything here is pure (sizes in, a :class:`LayerChoice` out) so it is unit-tested with made-up
-device sizes; ``runtime.py`` measures the model and the devices and logs the choice.
+device sizes; ``model.py`` measures the model and the devices and logs the choice.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A hypothesis state machine that fuzzes all 12 ``wasi_ephemeral_nn`` imports through a real wasm instance.
 
-Used by ``tests/ephemeral/test_fuzz.py`` (a short, derandomized CI run) and ``scripts/fuzz_abi.py`` (long runs).
+Used by ``tests/ephemeral/test_fuzz.py`` (a short, derandomized CI run) and ``scripts/tools/fuzz_abi.py`` (long runs).
 
 Each example gets a fresh Store holding one instance of the ABI guest (``abi_guest.py``).  Rules call
 the imports with random *and* edge-case pointers (0, inside, exactly at the end, one past, straddling,
@@ -40,14 +40,11 @@ import collections
 import ctypes
 import dataclasses
 import faulthandler
-import hashlib
 import json
 import logging
-import pathlib
 import struct
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import wasmtime
@@ -62,389 +59,34 @@ from hypothesis.stateful import (
     rule,
 )
 
-from wasinn_host import ModelRegistry, WasiNN
-from wasinn_host.core.errors import WasiNNError
-from wasinn_host.core.limits import Limits
-from wasinn_host.core.params import ModelParams, SamplingParams
+from wasinn_host.core.params import SamplingParams
 from wasinn_host.ephemeral.imports import SIGNATURES
 from wasinn_host.guest.stdout import python_stdout
 from wasinn_host.guest.store_tables import store_key
-from wasinn_host.testing.abi_guest import PAGE, AbiGuest, abi_guest_wat
+from wasinn_host.testing.abi_guest import AbiGuest
+from wasinn_host.testing.fuzz.abi_env import (
+    DIGIT_IDS,
+    HANDLE_IMPORTS,
+    MAX_FILE_MODELS,
+    MEM,
+    MODEL_PROFILES,
+    PRELOAD_NAMES,
+    U32,
+    VALID_ERRNOS,
+    FuzzEnv,
+    FuzzStats,
+)
+from wasinn_host.testing.fuzz.abi_values import (
+    configs,
+    indices,
+    length_for,
+    prompts,
+    ptr_for,
+    random_handles,
+    u32s,
+    weighted,
+)
 from wasinn_host.testing.fuzz.runs import run_machine
-from wasinn_host.testing.gguf_models import SUCCESSOR_VOCAB_SIZE, char_token_id, write_successor_model
-
-U32 = 0xFFFF_FFFF
-VALID_ERRNOS = frozenset(range(0, 9)) | frozenset({100, 101, 102, 103})
-MEMORY_PAGES = 64  # 4 MiB: the whole successor model (3.6 MiB) fits, for the occasional full load
-MEM = MEMORY_PAGES * PAGE
-DIGIT_IDS = frozenset(char_token_id(c) for c in "0123456789")
-PRELOAD_NAMES = ("succ", "noisy", "missing")
-HANDLE_IMPORTS = tuple(name for name in SIGNATURES if not name.startswith("load"))
-
-# Load-time keys pick which model instance serves a graph, and named models stay loaded for good, so
-# the configs of load_by_name_with_config / load draw their load-time keys from these few profiles
-# only (see the report on unbounded growth).  Everything else in a config is per-context.
-MODEL_PROFILES: tuple[dict[str, Any], ...] = (
-    {},
-    {"ctx-size": 24},
-    {"ctx-size": 48, "n-parallel": 1, "threads": 1},
-    {"batch-size": 16, "ubatch-size": 8},
-    {"embedding": True},
-)
-MAX_FILE_MODELS = 2 * len(MODEL_PROFILES)  # "succ" and "noisy" ("missing" never loads)
-
-# Small tables, so the fuzzer also reaches the Busy (4) answers; no idle reaper (it would finalise
-# contexts behind the model's back).
-FUZZ_LIMITS = Limits(max_graphs_per_store=6, max_contexts_per_store=12, idle_timeout_ms=0)
-
-HUGE = (MEM, MEM + 1, MEM + 4096, 0x7FFF_FFFF, 0x8000_0000, 0xFFFF_FFFC, 0xFFFF_FFFF)
-
-
-# -- environment and statistics ------------------------------------------------------------------
-
-
-@dataclass
-class FuzzStats:
-    """What the fuzzer did: calls per import, errno histogram, examples, time."""
-
-    calls: int = 0
-    examples: int = 0
-    injected: int = 0
-    by_import: collections.Counter = field(default_factory=collections.Counter)
-    errnos: collections.Counter = field(default_factory=collections.Counter)
-    by_import_errno: collections.Counter = field(default_factory=collections.Counter)
-    slowest: dict[str, float] = field(default_factory=dict)
-
-    def record(self, name: str, rc: int, seconds: float) -> None:
-        """Count one call's return code and time."""
-        self.calls += 1
-        self.by_import[name] += 1
-        self.errnos[rc] += 1
-        self.by_import_errno[(name, rc)] += 1
-        if seconds > self.slowest.get(name, 0.0):
-            self.slowest[name] = seconds
-
-    def report(self) -> str:
-        """A summary of the calls made, for the test log."""
-        lines = [f"calls: {self.calls} in {self.examples} examples ({self.injected} n-predict metadata injected)"]
-        lines.append("errno histogram: " + ", ".join(f"{rc}: {n}" for rc, n in sorted(self.errnos.items())))
-        for name in SIGNATURES:
-            per = {rc: n for (imp, rc), n in self.by_import_errno.items() if imp == name}
-            lines.append(
-                f"  {name:27s} {self.by_import[name]:6d}  "
-                + " ".join(f"{rc}:{n}" for rc, n in sorted(per.items()))
-                + f"  (slowest {self.slowest.get(name, 0.0) * 1000:.0f} ms)"
-            )
-        return "\n".join(lines)
-
-
-class ErrorLogWatcher(logging.Handler):
-    """Collects the host's ERROR records: an exception the ABI layer turned into errno 5
-    ("internal error"), a worker error or a failed llama_decode is a host bug, not an answer."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        """Keep the message of an ERROR record from the host."""
-        if not record.name.startswith("wasinn_host.llama"):
-            self.records.append(record)
-
-    def take(self) -> list[str]:
-        """The ERROR messages since the last call (and forget them)."""
-        out = [
-            r.getMessage() + (f" [{r.exc_info[0].__name__}: {r.exc_info[1]}]" if r.exc_info and r.exc_info[1] else "")
-            for r in self.records
-        ]
-        self.records.clear()
-        return out
-
-
-@dataclass
-class FuzzEnv:
-    """One registry / WasiNN / compiled guest shared by every example of a run."""
-
-    nn: WasiNN
-    registry: ModelRegistry
-    module: wasmtime.Module
-    model_bytes: bytes
-    model_digest: str
-    stats: FuzzStats
-    wide_models: bool = False
-    """Draw model bytes for ``load`` freely (every new GGUF-looking blob costs the host a child-process
-    check, about 0.5 s) instead of from the fixed :attr:`blobs` catalogue (checked once per run)."""
-    call_timeout: float = 120.0
-    blobs: dict[str, list[bytes]] = field(default_factory=dict)
-    """Model bytes for ``load`` by kind: "full", "prefix", "corrupt", "junk" (fixed per run)."""
-    pinned: dict[int, Any] = field(default_factory=dict)
-    """Models from guest bytes the environment keeps one reference to (id -> LoadedModel): the full
-    file and the corrupted variants llama.cpp accepts, so loading them again skips the check."""
-    errors: ErrorLogWatcher = field(default_factory=ErrorLogWatcher)
-
-
-def make_env(model_dir: pathlib.Path, *, wide_models: bool = False, call_timeout: float = 120.0) -> FuzzEnv:
-    """Build the test models in ``model_dir`` (if absent) and a private registry with preloads
-    ``succ``, ``noisy`` and ``missing`` (the reference counts checked here assume nobody else uses it)."""
-    model_dir.mkdir(parents=True, exist_ok=True)
-    succ = model_dir / "successor.gguf"
-    noisy = model_dir / "successor-random.gguf"
-    if not succ.exists():
-        write_successor_model(succ)
-    if not noisy.exists():
-        write_successor_model(noisy, logit_gap=1.0)
-    registry = ModelRegistry(
-        [
-            f"succ:GGML:AUTO:{succ}",
-            f"noisy:GGML:AUTO:{noisy}",
-            f"missing:GGML:CPU:{model_dir / 'no-such-model.gguf'}",
-        ]
-    )
-    nn = WasiNN(registry=registry, limits=FUZZ_LIMITS)
-    module = wasmtime.Module(nn.engine, bytes(wasmtime.wat2wasm(abi_guest_wat(MEMORY_PAGES))))
-    data = succ.read_bytes()
-    assert len(data) < MEM - 65536, "the successor model no longer fits the fuzz guest's memory"
-    env = FuzzEnv(
-        nn,
-        registry,
-        module,
-        data,
-        hashlib.sha256(data).hexdigest(),
-        FuzzStats(),
-        wide_models,
-        call_timeout,
-        _blob_catalogue(succ, data),
-    )
-    # Load the full file and the corrupted variants once (the bad ones are refused and remembered by
-    # the registry); keep a reference to those that load, so each example's load finds them loaded.
-    for blob in env.blobs["full"] + env.blobs["corrupt"]:
-        try:
-            model = registry.acquire_bytes(blob, ModelParams())
-        except WasiNNError:
-            continue
-        env.pinned[id(model)] = model
-    return env
-
-
-def _blob_catalogue(path: pathlib.Path, data: bytes) -> dict[str, list[bytes]]:
-    """Truncated, corrupted and junk GGUF files, the same every run."""
-    import random
-
-    import gguf
-
-    reader = gguf.GGUFReader(path)
-    field_starts = sorted(f.offset for f in reader.fields.values())
-    header_end = min(t.data_offset for t in reader.tensors)
-    tokens = reader.fields["tokenizer.ggml.tokens"].offset
-    rng = random.Random(20260521)
-    corrupt: list[bytes] = []
-    one = struct.pack("<Q", 1)
-    at = data.index(one + b"a" + one + b"b")  # vocabulary strings "a", "b"
-    duplicate = bytearray(data)
-    duplicate[at + 17] = ord("a")  # a duplicate token string: llama.cpp asserts (a child dies)
-    corrupt.append(bytes(duplicate))
-    for start, n_bytes in ((0, 2), (tokens, 1), (tokens, 4), (field_starts[-2], 2), (field_starts[-1], 3)):
-        blob = bytearray(data)  # the header, the vocabulary, the last metadata fields
-        for _ in range(n_bytes):
-            blob[rng.randrange(start, min(start + 512, header_end))] = rng.randrange(256)
-        corrupt.append(bytes(blob))
-    return {
-        "full": [data],
-        "prefix": [
-            data[:n] for n in (4, 8, 24, 100, 1000, field_starts[-1], header_end, len(data) // 2, len(data) - 1)
-        ],
-        "corrupt": corrupt,
-        "junk": [b"GGUF", b"GGUF\x03\x00\x00\x00", b"GGUF" + bytes(range(32)), b"GGUF" + b"\xff" * 24],
-    }
-
-
-# -- strategies -----------------------------------------------------------------------------------
-
-
-def weighted(*pairs: tuple[int, st.SearchStrategy[Any]]) -> st.SearchStrategy[Any]:
-    """Pick a strategy with the given integer weights."""
-    table = [s for w, s in pairs for _ in range(w)]
-    return st.integers(0, len(table) - 1).flatmap(lambda i: table[i])
-
-
-u32s = st.integers(0, U32)
-
-
-def ptr_for(n: int, wild: bool = True) -> st.SearchStrategy[int]:
-    """A guest pointer meant for ``n`` bytes: inside memory, or (``wild``) often at the edges."""
-    n = min(n, MEM)
-    inside = st.integers(0, MEM - n)
-    if not wild:
-        return inside
-    edges = sorted({p for p in (0, 1, MEM - n, MEM - n + 1, MEM - n - 1, MEM - 1, *HUGE) if 0 <= p <= U32})
-    return weighted((6, inside), (3, st.sampled_from(edges)), (1, u32s))
-
-
-def length_for(n: int, wild: bool = True) -> st.SearchStrategy[int]:
-    """A length argument for ``n`` bytes of content: exact, or (``wild``) sometimes off or absurd."""
-    if not wild:
-        return st.just(n)
-    edges = sorted({x for x in (0, n - 1, n + 1, MEM, 0x8000_0000, U32) if x >= 0})
-    return weighted((8, st.just(n)), (3, st.sampled_from(edges)), (1, u32s))
-
-
-special_handles = st.sampled_from([0, 1, 2, 3, 4, 5, 7, 0x7FFF_FFFF, 0x8000_0000, U32])
-random_handles = st.one_of(special_handles, u32s)
-indices = weighted((8, st.just(0)), (6, st.just(1)), (2, st.sampled_from([2, 3, 0x101, U32])), (1, u32s))
-
-PROMPT_CHARS = "abcdefghijklmnopqrstuvwxyzABCXYZ .,!?-"
-prompts = weighted(
-    (10, st.text(PROMPT_CHARS, max_size=12).map(str.encode)),
-    (2, st.sampled_from([b"a", b"x", b"Z", b"", b"0", b"7", b"12 9", b"abc 4"])),
-    (1, st.sampled_from([b"<s>", b"</s>", b"<unk>", b"a</s>b", "\u00e9\u2713\U0001f600".encode()])),
-    (2, st.binary(max_size=48)),
-    (1, st.sampled_from([b"ab " * 200, b"q" * 530, b"7" * 40])),
-    (1, st.just(b'[{"role": "user", "content": "hi"}]')),
-)
-
-
-def _finite(lo: float, hi: float) -> st.SearchStrategy[float]:
-    return st.floats(lo, hi, allow_nan=False, allow_infinity=False)
-
-
-# per-context keys with values the host accepts: (key, strategy)
-def _context_items() -> list[tuple[str, st.SearchStrategy[Any]]]:
-    # ids past the vocabulary are answered with 1 (they used to hang compute: fixed)
-    vocab_ids = weighted(
-        (4, st.integers(0, SUCCESSOR_VOCAB_SIZE - 1)),
-        (1, st.sampled_from([SUCCESSOR_VOCAB_SIZE, 100000, 2**31 - 1, 2**31, 2**40])),
-    )
-    return [
-        ("n-predict", weighted((12, st.integers(0, 8)), (1, st.sampled_from([-1, 40, 2**40])))),
-        ("max-tokens", st.integers(0, 8)),
-        ("temp", weighted((3, _finite(0.0, 1.0)), (1, st.sampled_from([0, 1, -0.5])))),
-        ("temperature", _finite(0.0, 1.0)),
-        ("top-k", st.integers(0, 50)),
-        ("top-p", _finite(0.0, 1.0)),
-        ("min-p", _finite(0.0, 1.0)),
-        ("typ-p", _finite(0.0, 1.0)),
-        ("seed", st.integers(0, U32)),
-        ("repeat-penalty", _finite(0.0, 2.0)),
-        ("presence-penalty", _finite(0.0, 1.0)),
-        ("frequency-penalty", _finite(0.0, 1.0)),
-        ("last-n-penalty", st.integers(-1, 64)),
-        ("mirostat", st.integers(0, 2)),
-        ("dry-multiplier", _finite(0.0, 1.0)),
-        ("xtc-probability", _finite(0.0, 1.0)),
-        ("dynatemp-range", _finite(0.0, 1.0)),
-        ("n-probs", st.integers(0, 3)),
-        ("logit-bias", st.dictionaries(vocab_ids.map(str), _finite(-100.0, 100.0), max_size=3)),
-        ("reverse-prompt", st.sampled_from(["", "c", "xyz", "\u2713"])),
-        ("stop", st.lists(st.sampled_from(["", "d", "mn", "</s>"]), max_size=3)),
-        ("max-time-ms", st.integers(0, 200)),
-        ("ignore-eos", st.booleans()),
-        ("stream-stdout", weighted((6, st.just(False)), (1, st.just(True)))),
-        ("grammar", st.sampled_from(["", "root ::= [a-z]*", 'root ::= "b" [c-e]+'])),
-        ("json-schema", st.sampled_from(["", '{"type": "string"}', '{"type": "integer"}'])),
-        ("chat-template", weighted((4, st.just(False)), (1, st.sampled_from([True, "{{ messages[0].content }}"])))),
-        ("cache-prompt", st.booleans()),
-        ("n-keep", st.integers(-1, 8)),
-        ("priority", st.integers(-100, 100)),
-        ("embd-normalize", st.integers(-1, 3)),
-        ("enable-log", st.just(False)),  # true lowers the process-wide log level for good
-        ("llama3", st.booleans()),  # unknown keys are ignored
-        ("include_usage", st.booleans()),
-    ]
-
-
-# known keys with a value of the wrong JSON type or out of range: the host answers 1
-BAD_VALUES: tuple[dict[str, Any], ...] = (
-    {"n-predict": "5"},
-    {"n-predict": 1.5},
-    {"ctx-size": 1024.0},
-    {"ctx-size": "big"},
-    {"temp": True},
-    {"temp": "hot"},
-    {"ignore-eos": 1},
-    {"stream-stdout": "yes"},
-    {"reverse-prompt": 7},
-    {"stop": [1, 2]},
-    {"stop": "x"},
-    {"top-p": 2.0},
-    {"min-p": -1},
-    {"seed": -1},
-    {"seed": 2**33},
-    {"mirostat": 7},
-    {"n-gpu-layers": -5},
-    {"threads": 5000},
-    {"flash-attn": "maybe"},
-    {"embedding": "true"},
-    {"sampling": 3},
-    {"logit-bias": {"x": 1}},
-    {"logit-bias": [[1]]},
-    {"logit-bias": {"-1": 2}},
-    {"grammar": "root ::= ("},
-    {"json-schema": "{not json"},
-    {"chat-template": 3},
-    {"n-probs": 1000},
-    {"max-time-ms": -1},
-    {"priority": 1000},
-    {"dry-base": 0.5},
-    {"n-parallel": 0},
-    {"batch-size": 0},
-)
-# not a JSON object, or not JSON at all: the host answers 2
-BAD_JSON: tuple[bytes, ...] = (
-    b"{",
-    b"{not json",
-    b'{"n-predict": }',
-    b"[]",
-    b"3",
-    b'"str"',
-    b"null",
-    b"true",
-    b"{'a': 1}",
-    b'{"a": 1,}',
-    b"\xff\xfe{}",
-    b'{"n-predict": NaN}',
-    b"[" * 2000 + b"]" * 2000,
-    b'{"a":' * 600,
-)
-
-
-@st.composite
-def configs(draw: st.DrawFn, *, model_keys: str = "profile") -> tuple[bytes, str]:
-    """A configuration text and its class: "valid", "value" (errno 1 expected) or "json" (errno 2).
-
-    ``model_keys``: "profile" draws load-time keys from MODEL_PROFILES only; "none" draws none (for
-    ``load``: its models are loaded with default load-time keys, see :func:`make_env`); "any" also
-    allows arbitrary load-time values (only for set_input metadata, where they are ignored).
-    """
-    kind = draw(weighted((12, st.just("valid")), (3, st.just("value")), (3, st.just("json")), (1, st.just("empty"))))
-    if kind == "json":
-        return draw(
-            weighted((4, st.sampled_from(BAD_JSON)), (1, st.binary(min_size=1, max_size=24).filter(_not_json_object)))
-        ), "json"
-    if kind == "empty":
-        return draw(st.sampled_from([b"", b"   ", b"{}", b'{"sampling": {}}'])), "valid"
-    doc: dict[str, Any] = dict(draw(st.sampled_from(MODEL_PROFILES))) if model_keys != "none" else {}
-    if model_keys == "any" and draw(st.booleans()):
-        doc.update(draw(st.sampled_from([{"ctx-size": 99999}, {"n-gpu-layers": 3}, {"threads": 7}])))
-    items = _context_items()
-    chosen = draw(st.lists(st.sampled_from(items), max_size=5, unique_by=lambda kv: kv[0]))
-    for key, values in chosen:
-        doc[key] = draw(values)
-    if draw(st.booleans()):  # keep generation short in most configs
-        doc["n-predict"] = draw(st.integers(0, 8))
-    if draw(weighted((5, st.just(False)), (1, st.just(True)))) and doc:  # the nested form
-        key = draw(st.sampled_from(sorted(doc)))
-        doc = {k: v for k, v in doc.items() if k != key} | {"sampling": {key: doc[key]}}
-    if kind == "value":
-        doc.update(draw(st.sampled_from(BAD_VALUES)))
-    return json.dumps(doc).encode(), kind
-
-
-def _not_json_object(raw: bytes) -> bool:
-    try:
-        return not isinstance(json.loads(raw), dict)
-    except ValueError:
-        return True
-
 
 # -- the state machine ----------------------------------------------------------------------------
 

@@ -1,0 +1,204 @@
+"""A llama.cpp context with one KV stream per sequence: batches, decoding, per-sequence KV edits and
+saved state, embeddings and the probabilities of the next token.
+
+llama.cpp aborts the whole process on some misuse (a batch larger than ``n_batch``,
+non-consecutive positions), so callers (``core/scheduler.py``) keep those invariants.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from ..core.errors import ErrorKind, WasiNNError
+from ..core.params import ModelParams, SamplingParams
+from ..core.runtime import KvLayout
+from .bindings import llama_cpp
+from .model import LlamaModel, default_threads, kv_cache_bytes
+from .sampler import Sampler
+from .vision import ImageSpan
+
+
+class Batch:
+    """A reusable ``llama_batch`` of up to ``capacity`` tokens, one sequence id each."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.raw = llama_cpp.llama_batch_init(capacity, 0, 1)
+        self.n = 0
+
+    def clear(self) -> None:
+        """Empty the batch."""
+        self.n = 0
+
+    def add(self, token: int, pos: int, seq_id: int, want_logits: bool) -> int:
+        """Append a token; return its index in the batch (for sampling its logits)."""
+        i = self.n
+        raw = self.raw
+        raw.token[i] = token
+        raw.pos[i] = pos
+        raw.n_seq_id[i] = 1
+        raw.seq_id[i][0] = seq_id
+        raw.logits[i] = want_logits
+        self.n = i + 1
+        return i
+
+    def close(self) -> None:
+        """Free the batch."""
+        if self.raw is not None:
+            self.raw.n_tokens = self.capacity
+            llama_cpp.llama_batch_free(self.raw)
+            self.raw = None
+
+
+class LlamaContext:
+    """A llama.cpp context with ``layout.n_seq`` independent sequences of ``layout.n_ctx_seq`` tokens each."""
+
+    def __init__(self, model: LlamaModel, params: ModelParams, layout: KvLayout) -> None:
+        cparams = llama_cpp.llama_context_default_params()
+        n_seq, n_ctx_seq = layout.n_seq, layout.n_ctx_seq
+        cparams.n_ctx = layout.n_cells
+        cparams.n_batch = params.batch_size
+        cparams.n_ubatch = min(params.ubatch_size, params.batch_size)
+        cparams.n_seq_max = n_seq
+        threads = params.threads if params.threads > 0 else default_threads()
+        cparams.n_threads = threads
+        cparams.n_threads_batch = params.threads_batch if params.threads_batch > 0 else threads
+        cparams.embeddings = params.embedding
+        cparams.kv_unified = False  # one stream per sequence: attention only over its own cells
+        cparams.flash_attn_type = {
+            "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+            "enabled": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+            "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+            "disabled": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+        }.get(params.flash_attn, llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO)
+        ctx = llama_cpp.llama_init_from_model(model.ptr, cparams)
+        if not ctx:
+            raise WasiNNError(
+                ErrorKind.INVALID_ARGUMENT,
+                f"llama.cpp could not create a context of {cparams.n_ctx} tokens for {str(model.path)!r}",
+            )
+        self.ptr = ctx
+        self.model = model
+        self.n_seq = n_seq
+        self.n_ctx_seq = n_ctx_seq
+        self.n_batch: int = llama_cpp.llama_n_batch(ctx)
+        self.memory = llama_cpp.llama_get_memory(ctx)
+        self.threads = threads
+        self.kv_bytes = kv_cache_bytes(model, cparams.n_ctx)
+
+    def decode_image(self, span: ImageSpan, pos: int, seq_id: int) -> int:
+        """Encode an image of the prompt and decode its embeddings into ``seq_id`` at ``pos`` (0 = done)."""
+        if self.model.vision is None:
+            return -1
+        return self.model.vision.decode(self.ptr, span, pos, seq_id, self.n_batch)
+
+    def new_batch(self) -> Batch:
+        """A reusable batch of ``n_batch`` tokens."""
+        return Batch(self.n_batch)
+
+    def new_sampler(self, params: SamplingParams) -> Sampler:
+        """A sampler chain for one execution context."""
+        return Sampler(self.model, params, self.n_ctx_seq)
+
+    def top_probabilities(self, batch_index: int, n: int) -> list[tuple[int, float]]:
+        """The ``n`` most likely next tokens at ``batch_index`` and their probabilities."""
+        return top_probabilities(self, batch_index, n)
+
+    def decode(self, batch: Batch) -> int:
+        """Run one ``llama_decode``; 0 on success (llama.cpp's return code otherwise)."""
+        batch.raw.n_tokens = batch.n
+        return int(llama_cpp.llama_decode(self.ptr, batch.raw))
+
+    def seq_rm(self, seq_id: int, start: int) -> None:
+        """Drop the sequence's cells from position ``start`` on."""
+        llama_cpp.llama_memory_seq_rm(self.memory, seq_id, start, -1)
+
+    def seq_copy(self, src: int, dst: int) -> None:
+        """Replace ``dst``'s cells by a copy of ``src``'s.  Each sequence has its own stream (``kv_unified``
+        off), so llama.cpp copies the whole stream's buffers at the next decode; it accepts nothing but
+        the whole range there (any other aborts the process), so callers trim ``dst`` afterwards."""
+        llama_cpp.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
+
+    def seq_length(self, seq_id: int) -> int:
+        """Cells the sequence holds (``llama_memory_seq_pos_max`` + 1)."""
+        return int(llama_cpp.llama_memory_seq_pos_max(self.memory, seq_id)) + 1
+
+    def state_get(self, seq_id: int) -> memoryview:
+        """The KV state of one sequence (``llama_state_seq_get_data``)."""
+        size = llama_cpp.llama_state_seq_get_size(self.ptr, seq_id)
+        buf = (ctypes.c_ubyte * size)()
+        written = llama_cpp.llama_state_seq_get_data(self.ptr, buf, size, seq_id)
+        return memoryview(buf).cast("B")[:written]
+
+    def state_set(self, seq_id: int, data: memoryview) -> bool:
+        """Load a sequence's KV state (``llama_state_seq_set_data``, read in place from a writable
+        buffer); False if llama.cpp refuses it (another layout, no room).  State saved by a context with
+        another number of sequences (one KV stream each) is given this context's stream count first."""
+        data = restreamed(data, self.n_seq, self.model)
+        size = len(data)
+        buf = (ctypes.c_ubyte * size).from_buffer(data)
+        return size > 0 and int(llama_cpp.llama_state_seq_set_data(self.ptr, buf, size, seq_id)) == size
+
+    def can_shift(self) -> bool:
+        """Whether this model's KV cache supports moving positions (context shift)."""
+        return bool(llama_cpp.llama_memory_can_shift(self.memory))
+
+    def seq_shift(self, seq_id: int, keep: int, discard: int) -> None:
+        """Drop ``discard`` cells after the first ``keep`` and move the rest back."""
+        llama_cpp.llama_memory_seq_rm(self.memory, seq_id, keep, keep + discard)
+        llama_cpp.llama_memory_seq_add(self.memory, seq_id, keep + discard, -1, -discard)
+
+    def embeddings(self, seq_id: int, batch_index: int) -> list[float]:
+        """The pooled embedding of a sequence, or the given token's if there is no pooling."""
+        ptr = llama_cpp.llama_get_embeddings_seq(self.ptr, seq_id)
+        if not ptr:
+            ptr = llama_cpp.llama_get_embeddings_ith(self.ptr, batch_index)
+        if not ptr:
+            raise WasiNNError(ErrorKind.RUNTIME_ERROR, "llama.cpp returned no embedding")
+        return list(ptr[: self.model.n_embd])
+
+    def close(self) -> None:
+        """Free the context."""
+        if self.ptr:
+            llama_cpp.llama_free(self.ptr)
+            self.ptr = None
+
+
+_STATE_STREAMS_AT = 8
+"""Where a sequence state's stream count starts (after llama.cpp's 8-byte header)."""
+
+
+def restreamed(data: memoryview, n_stream: int, model: LlamaModel) -> memoryview:
+    """One sequence's KV state for a context of ``n_stream`` streams.  llama.cpp writes the stream count,
+    then per stream a cell count (0 for every stream but the sequence's) and that stream's cells, and
+    refuses another count on reading; for a model with one KV cache (no sliding window: an iSWA model
+    writes two caches, which this leaves alone) the count is rewritten and the missing streams added
+    as empty, or dropped if they are empty."""
+    at = _STATE_STREAMS_AT
+    if len(data) < at + 4 or llama_cpp.llama_model_n_swa(model.ptr) > 0:
+        return data
+    saved = int.from_bytes(data[at : at + 4], "little")
+    if saved == n_stream or not 0 < saved <= 4096:
+        return data
+    body = bytes(data[at + 4 :])
+    if saved > n_stream:
+        extra = (saved - n_stream) * 4
+        if len(body) < extra or any(body[len(body) - extra :]):
+            return data
+        body = body[: len(body) - extra]
+    else:
+        body += bytes(4 * (n_stream - saved))
+    return memoryview(bytearray(bytes(data[:at]) + n_stream.to_bytes(4, "little") + body))
+
+
+def top_probabilities(ctx: LlamaContext, batch_index: int, n: int) -> list[tuple[int, float]]:
+    """The ``n`` most likely next tokens and their probabilities (softmax of the raw logits)."""
+    import numpy as np
+
+    logits_ptr = llama_cpp.llama_get_logits_ith(ctx.ptr, batch_index)
+    logits = np.ctypeslib.as_array(logits_ptr, shape=(ctx.model.n_vocab,)).astype(np.float64)
+    top = np.argpartition(-logits, min(n, len(logits) - 1))[:n]
+    top = top[np.argsort(-logits[top])]
+    exp = np.exp(logits - logits.max())
+    probs = exp / exp.sum()
+    return [(int(t), float(probs[t])) for t in top]

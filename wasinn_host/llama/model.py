@@ -1,0 +1,173 @@
+"""A loaded llama.cpp model: weights, vocabulary, the projector of a vision model, and the sizes that
+decide how many layers go to a GPU and how large a KV cache is."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from pathlib import Path
+
+from ..core.errors import ErrorKind, WasiNNError
+from ..core.params import ModelParams, SamplingParams
+from ..core.runtime import DEFAULT_SEQUENCES, MAX_DEFAULT_CTX
+from . import devices
+from .bindings import llama_cpp
+from .gguf_layout import read_layout
+from .load_errors import load_failure_cause
+from .log import capture_llama_log, init_backend, route_llama_log
+from .offload import ModelSizes, choose_gpu_layers, fit_gpu_layers
+from .sampler import check_sampling
+from .vision import Vision
+
+log = logging.getLogger("wasinn_host")
+
+
+def default_threads() -> int:
+    """All cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def gpu_layers(path: Path, params: ModelParams) -> int:
+    """The layers to offload: the target and ``n-gpu-layers`` mapped by :mod:`.offload`, fitted to the
+    GPUs' free memory when that decides; the choice is logged (the GPU-less GPU target as a warning)."""
+    choice = choose_gpu_layers(
+        params.target,
+        params.n_gpu_layers,
+        devices.can_offload(),
+        lambda: fit_gpu_layers(model_sizes(path, params), devices.gpu_free_bytes()),
+    )
+    log.log(choice.level, "model %s: %s", path.name, choice.reason)
+    return choice.n_gpu_layers
+
+
+def model_sizes(path: Path, params: ModelParams) -> ModelSizes:
+    """The device memory offloading ``path`` costs per layer, for the context ``params`` will create
+    (its first layout: ``ctx-size`` cells per sequence, ``n-parallel`` or the default sequences)."""
+    layout = read_layout(path, devices.type_size)
+    n_layer = int(layout.key("block_count", len(layout.layer_bytes)))
+    n_ctx_train = int(layout.key("context_length", MAX_DEFAULT_CTX))
+    n_cells = (params.ctx_size or min(n_ctx_train, MAX_DEFAULT_CTX)) * (params.n_parallel or DEFAULT_SEQUENCES)
+    return ModelSizes(
+        n_layer=n_layer,
+        layer_bytes=max(layout.layer_bytes.values(), default=0),
+        output_bytes=layout.output_bytes,
+        kv_bytes_per_layer=n_cells * layout.kv_bytes_per_cell_per_layer(),
+    )
+
+
+class LlamaModel:
+    """Loaded weights and vocabulary; safe to share, read-only after load."""
+
+    def __init__(self, path: Path, params: ModelParams) -> None:
+        init_backend()
+        self.path = path
+        mparams = llama_cpp.llama_model_default_params()
+        self.n_gpu_layers: int = gpu_layers(path, params)
+        """The layers offloaded, as chosen from the target or ``n-gpu-layers`` (-1 = all)."""
+        mparams.n_gpu_layers = self.n_gpu_layers if self.n_gpu_layers >= 0 else 2**31 - 1
+        mparams.main_gpu = params.main_gpu
+        if params.use_mmap:
+            mparams.load_mode = (
+                llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK if params.use_mlock else llama_cpp.LLAMA_LOAD_MODE_MMAP
+            )
+        else:
+            mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_MLOCK if params.use_mlock else llama_cpp.LLAMA_LOAD_MODE_NONE
+        with capture_llama_log() as lines:
+            model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
+        if not model:
+            cause = load_failure_cause(lines)
+            raise WasiNNError(ErrorKind.INVALID_ARGUMENT, f"llama.cpp could not load model file {str(path)!r}: {cause}")
+        self.ptr = model
+        self.vocab = llama_cpp.llama_model_get_vocab(model)
+        self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self.vocab)
+        self.n_ctx_train: int = llama_cpp.llama_model_n_ctx_train(model)
+        self.n_embd: int = llama_cpp.llama_model_n_embd(model)
+        self.size_bytes: int = llama_cpp.llama_model_size(model)
+        self.bos: int = llama_cpp.llama_vocab_bos(self.vocab)
+        self.eos: int = llama_cpp.llama_vocab_eos(self.vocab)
+        self._pieces: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
+        self.vision: Vision | None = None
+        """The multimodal projector loaded with the model (``mmproj``), if the host configured one."""
+        if params.mmproj:
+            try:
+                with capture_llama_log():
+                    threads = params.threads if params.threads > 0 else default_threads()
+                    on_gpu = self.n_gpu_layers != 0 and devices.can_offload()  # the projector follows the model
+                    self.vision = Vision(Path(params.mmproj), model, threads, route_llama_log, on_gpu)
+            except BaseException:
+                self.close()
+                raise
+
+    @property
+    def description(self) -> str:
+        """llama.cpp's one-line model description (type, size, quantisation)."""
+        buf = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(self.ptr, buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    def tokenize(self, text: bytes, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Text to token ids (BOS added and special-token text parsed, as WasmEdge does)."""
+        capacity = len(text) + 8
+        buf = (llama_cpp.llama_token * capacity)()
+        n = llama_cpp.llama_tokenize(self.vocab, text, len(text), buf, capacity, add_special, parse_special)
+        if n < 0:
+            capacity = -n
+            buf = (llama_cpp.llama_token * capacity)()
+            n = llama_cpp.llama_tokenize(self.vocab, text, len(text), buf, capacity, add_special, parse_special)
+        if n < 0:
+            raise WasiNNError(ErrorKind.RUNTIME_ERROR, f"tokenization failed ({n})")
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes of one token, special tokens rendered (cached)."""
+        cached = self._pieces.get(token)
+        if cached is not None:
+            return cached
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
+        piece = buf.raw[: max(n, 0)]
+        self._pieces[token] = piece
+        return piece
+
+    def is_eog(self, token: int) -> bool:
+        """True for end-of-generation tokens (EOS, EOT, ...)."""
+        cached = self._eog.get(token)
+        if cached is None:
+            cached = self._eog[token] = bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+        return cached
+
+    def chat_template(self) -> str | None:
+        """The GGUF ``tokenizer.chat_template``, or None."""
+        from ..core.chat_template import model_chat_template  # Jinja: imported when a template is asked for
+
+        return model_chat_template(self.ptr)
+
+    def check_sampling(self, params: SamplingParams) -> None:
+        """Refuse (invalid argument) a grammar that does not parse or a logit-bias token outside the vocabulary."""
+        check_sampling(self, params)
+
+    def close(self) -> None:
+        """Free the projector and the weights."""
+        if self.vision is not None:
+            self.vision.close()
+            self.vision = None
+        if self.ptr:
+            llama_cpp.llama_model_free(self.ptr)
+            self.ptr = None
+
+
+def kv_cache_bytes(model: LlamaModel, n_ctx: int) -> int:
+    """F16 K and V cells for every layer (llama.cpp's default cache type)."""
+    n_layer = llama_cpp.llama_model_n_layer(model.ptr)
+    n_head = max(llama_cpp.llama_model_n_head(model.ptr), 1)
+    n_head_kv = llama_cpp.llama_model_n_head_kv(model.ptr)
+    n_embd_kv = model.n_embd // n_head * n_head_kv
+    return 2 * n_layer * n_ctx * n_embd_kv * 2
