@@ -28,8 +28,9 @@ from .generation import GenerationRequest, GenerationResult, StopReason
 from .images import place_image, split_inline_images
 from .limits import Limits
 from .ngram_drafts import draft_settings
-from .params import ContextParams, ModelParams
+from .params import POOLING_RANK, ContextParams, ModelParams
 from .registry import LoadedModel, ModelRegistry
+from .rerank import parse_rerank_input
 from .scheduler import ContextState
 from .utf8_pieces import PieceJoiner
 
@@ -135,6 +136,7 @@ class InferenceContext:
         "state",
         "prompt_tokens",
         "image_prompt",
+        "rerank_prompts",
         "read_image",
         "output",
         "output_tokens",
@@ -162,6 +164,8 @@ class InferenceContext:
         """The prompt's tokens (4 bytes each: thousands of idle contexts hold their conversations compactly)."""
         self.image_prompt: Any = None
         """The ``vision.ImagePrompt`` of a prompt with images (keeps their libmtmd chunks alive)."""
+        self.rerank_prompts: list[array[int]] | None = None
+        """A reranker's (query, document) sequences of a ``/rerank`` prompt, one score each (``rerank.py``)."""
         self.read_image: Callable[[str], bytes] | None = None
         """Reads the ``image`` key's file; set by the front end (guests: through their preopened dirs)."""
         self.output = bytearray()
@@ -220,6 +224,10 @@ class InferenceContext:
         file (read by the front end's ``read_image``) become image tokens (see ``vision.py``).
         """
         self.streaming = False
+        self.rerank_prompts = None
+        if self._is_reranker() and self._set_rerank_prompt(data):
+            self.revision += 1
+            return
         if self.params.options.chat_template is not False:
             from .chat_prompt import render_chat_prompt  # Jinja, for the contexts that ask for templating
 
@@ -247,6 +255,24 @@ class InferenceContext:
             self.prompt_tokens = array("i", prompt.tokens)
         self.revision += 1
 
+    def _is_reranker(self) -> bool:
+        params = self.model.params
+        return params.embedding and params.pooling_type == POOLING_RANK
+
+    def _set_rerank_prompt(self, data: bytes) -> bool:
+        """Take a ``/rerank`` request's pairs as the prompt; False if ``data`` is not one."""
+        request = parse_rerank_input(data)
+        if request is None:
+            return False
+        rerank_tokens = getattr(self.model.weights, "rerank_tokens", None)
+        if rerank_tokens is None:
+            raise WasiNNError(ErrorKind.UNSUPPORTED, f"model {self.model.label}: this runtime cannot rerank")
+        query, documents = request
+        self.image_prompt = None
+        self.rerank_prompts = [array("i", rerank_tokens(query, document)) for document in documents]
+        self.prompt_tokens = array("i", [t for tokens in self.rerank_prompts for t in tokens])
+        return True
+
     def _checked_prompt(self) -> array[int]:
         if self.graph.unloaded:
             raise invalid("compute on a context whose graph was unloaded")
@@ -273,6 +299,8 @@ class InferenceContext:
         ``on_piece`` receives each token's bytes as it is generated; without it, ``stream-stdout``
         sends them to ``stdout``, the caller's (the front end's sink for its guest's stdout).
         """
+        if self.rerank_prompts is not None:
+            return self._generate_scores(self.rerank_prompts)
         tokens = self._checked_prompt()
         self.streaming = False
         self._clear_output()
@@ -295,6 +323,32 @@ class InferenceContext:
                 ErrorKind.PROMPT_TOO_LONG, f"embedding input of {len(tokens)} tokens exceeds batch-size {n_batch}"
             )
         return self._run(self._request(tokens, limit=0, embed=True))
+
+    def _generate_scores(self, prompts: list[array[int]]) -> GenerationResult:
+        """A reranker's score of each (query, document) sequence, one after the other; ``embedding`` holds them."""
+        if self.graph.unloaded:
+            raise invalid("compute on a context whose graph was unloaded")
+        limit = min(self.model.worker.context.n_batch, self.model.n_ctx_seq - PROMPT_MARGIN)
+        for i, tokens in enumerate(prompts):
+            if len(tokens) > limit:
+                raise WasiNNError(
+                    ErrorKind.PROMPT_TOO_LONG,
+                    f"rerank document {i}: {len(tokens)} tokens with the query exceed the limit of {limit} "
+                    f"(batch-size, and ctx-size - {PROMPT_MARGIN})",
+                )
+        self.streaming = False
+        self._clear_output()
+        scores: list[float] = []
+        prompt_ms = 0.0
+        result = GenerationResult()
+        for tokens in prompts:
+            result = self._run(self._request(tokens, limit=0, embed=True))
+            scores.append(result.embedding[0] if result.embedding else float("nan"))
+            prompt_ms += result.prompt_ms
+        self.embedding = scores
+        if self.last_usage is not None:
+            self.last_usage = self.last_usage._replace(prompt_ms=prompt_ms)
+        return result
 
     def stream_step(self) -> GenerationResult:
         """Generate one token (the first step starts a stream and clears the output).
@@ -347,6 +401,7 @@ class InferenceContext:
             max_output_bytes=self.limits.max_output_bytes,
             drafts=draft_settings(options),
             images=tuple(self.image_prompt.spans.values()) if self.image_prompt is not None else (),
+            regenerate_images=options.always_regenerate_image_embd,
             **kwargs,
         )
 
@@ -361,8 +416,11 @@ class InferenceContext:
         self.output_tokens.extend(result.generated)
         if result.generated:
             self.last_piece = self.model.weights.piece(result.generated[-1])
-        if request.embed and result.error is None:
-            self.embedding = normalize(result.embedding, self.params.options.embd_normalize)
+        if request.embed and result.error is None:  # a reranker's scores are not normalised
+            rank = self._is_reranker()
+            self.embedding = (
+                result.embedding if rank else normalize(result.embedding, self.params.options.embd_normalize)
+            )
         self.last_generated = len(result.generated)
         self.last_usage = Usage.of(result)
         self.revision += 1
@@ -451,6 +509,7 @@ class InferenceContext:
             self.busy
             or self.closed
             or self.image_prompt is not None
+            or self.rerank_prompts is not None
             or state.slot is not None
             or state.cancelled
             or state.closed
@@ -494,6 +553,7 @@ class InferenceContext:
         self.state = kept if kept is not None else ContextState()
         self.prompt_tokens = None if prompt is None else _int_array(prompt)
         self.image_prompt = None
+        self.rerank_prompts = None
         self.output = bytearray(output)
         self.output_tokens = _int_array(output_tokens)
         self.last_piece = last_piece

@@ -413,8 +413,8 @@ class ModelWorker:
         planned: list[tuple[Job, int]] = []
         for job in sorted(self._active, key=lambda j: j.pending):
             pending = job.pending
-            if pending <= 0 or budget <= 0:
-                continue
+            if pending <= 0 or budget <= 0 or (job.request.embed and pending > budget):
+                continue  # an embedding's sequence is pooled whole: decoded in one batch or not yet
             take = min(pending, budget)
             budget -= take
             planned.append((job, take))

@@ -13,6 +13,7 @@ from ..core.errors import ErrorKind, WasiNNError
 from ..core.params import ModelParams, SamplingParams
 from ..core.runtime import KvLayout
 from .bindings import llama_cpp
+from .context_params import set_embedding_and_rope
 from .model import LlamaModel, default_threads, kv_cache_bytes
 from .sampler import Sampler
 from .vision import ImageSpan
@@ -59,6 +60,8 @@ class LlamaContext:
         cparams.n_ctx = layout.n_cells
         cparams.n_batch = params.batch_size
         cparams.n_ubatch = min(params.ubatch_size, params.batch_size)
+        if params.embedding:  # a pooled sequence must be in one ubatch (llama.cpp's embedding example)
+            cparams.n_ubatch = params.batch_size
         cparams.n_seq_max = n_seq
         threads = params.threads if params.threads > 0 else default_threads()
         cparams.n_threads = threads
@@ -71,6 +74,7 @@ class LlamaContext:
             "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
             "disabled": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
         }.get(params.flash_attn, llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO)
+        set_embedding_and_rope(cparams, params)
         ctx = llama_cpp.llama_init_from_model(model.ptr, cparams)
         if not ctx:
             raise WasiNNError(
@@ -85,6 +89,10 @@ class LlamaContext:
         self.memory = llama_cpp.llama_get_memory(ctx)
         self.threads = threads
         self.kv_bytes = kv_cache_bytes(model, cparams.n_ctx)
+        self.n_embd_out: int = model.n_embd
+        """Floats of one sequence's embedding: a reranker's classes (``n_cls_out``) with rank pooling."""
+        if llama_cpp.llama_pooling_type(ctx) == llama_cpp.LLAMA_POOLING_TYPE_RANK:
+            self.n_embd_out = max(int(llama_cpp.llama_model_n_cls_out(model.ptr)), 1)
 
     def decode_image(self, span: ImageSpan, pos: int, seq_id: int) -> int:
         """Encode an image of the prompt and decode its embeddings into ``seq_id`` at ``pos`` (0 = done)."""
@@ -149,10 +157,12 @@ class LlamaContext:
         llama_cpp.llama_memory_seq_add(self.memory, seq_id, keep + discard, -1, -discard)
 
     def embeddings(self, seq_id: int, batch_index: int) -> list[float]:
-        """The pooled embedding of a sequence, or the given token's if there is no pooling."""
+        """The pooled embedding of a sequence (a reranker's scores with rank pooling), or the given token's
+        if there is no pooling."""
         ptr = llama_cpp.llama_get_embeddings_seq(self.ptr, seq_id)
-        if not ptr:
-            ptr = llama_cpp.llama_get_embeddings_ith(self.ptr, batch_index)
+        if ptr:
+            return list(ptr[: self.n_embd_out])
+        ptr = llama_cpp.llama_get_embeddings_ith(self.ptr, batch_index)
         if not ptr:
             raise WasiNNError(ErrorKind.RUNTIME_ERROR, "llama.cpp returned no embedding")
         return list(ptr[: self.model.n_embd])

@@ -17,6 +17,7 @@ from .gguf_layout import read_layout
 from .load_errors import load_failure_cause
 from .log import capture_llama_log, init_backend, route_llama_log
 from .offload import ModelSizes, choose_gpu_layers, fit_gpu_layers
+from .placement import set_placement
 from .sampler import check_sampling
 from .vision import Vision
 
@@ -76,8 +77,10 @@ class LlamaModel:
             )
         else:
             mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_MLOCK if params.use_mlock else llama_cpp.LLAMA_LOAD_MODE_NONE
+        placement = set_placement(mparams, params)  # the arrays it points to live until the load returns
         with capture_llama_log() as lines:
             model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
+        del placement
         if not model:
             cause = load_failure_cause(lines)
             raise WasiNNError(ErrorKind.INVALID_ARGUMENT, f"llama.cpp could not load model file {str(path)!r}: {cause}")
@@ -122,6 +125,26 @@ class LlamaModel:
         if n < 0:
             raise WasiNNError(ErrorKind.RUNTIME_ERROR, f"tokenization failed ({n})")
         return list(buf[:n])
+
+    def rerank_tokens(self, query: bytes, document: bytes) -> list[int]:
+        """The tokens a reranker scores for one (query, document) pair, as llama-server's
+        ``format_prompt_rerank``: the model's ``rerank`` chat template with ``{query}`` and ``{document}``
+        filled in, or else BOS, query, EOS, SEP, document, EOS (each special token where the
+        vocabulary adds it; SEP stands in for a missing EOS)."""
+        template = llama_cpp.llama_model_chat_template(self.ptr, b"rerank")
+        if template:
+            prompt = template.replace(b"{query}", query).replace(b"{document}", document)
+            return self.tokenize(prompt, add_special=False, parse_special=True)
+        vocab = self.vocab
+        sep = int(llama_cpp.llama_vocab_sep(vocab))
+        eos = self.eos if self.eos != llama_cpp.LLAMA_TOKEN_NULL else sep
+        add_eos = bool(llama_cpp.llama_vocab_get_add_eos(vocab))
+        tokens = [self.bos] if llama_cpp.llama_vocab_get_add_bos(vocab) else []
+        tokens += self.tokenize(query, add_special=False, parse_special=False)
+        tokens += [eos] if add_eos else []
+        tokens += [sep] if llama_cpp.llama_vocab_get_add_sep(vocab) else []
+        tokens += self.tokenize(document, add_special=False, parse_special=False)
+        return tokens + ([eos] if add_eos else [])
 
     def piece(self, token: int) -> bytes:
         """The bytes of one token, special tokens rendered (cached)."""
