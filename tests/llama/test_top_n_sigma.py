@@ -16,13 +16,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.llama.test_sampler_order import assert_same_draws, host_run
 from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.llama import context as host_context
 from wasinn_host.llama import sampler as host_sampler
 from wasinn_host.llama.bindings import llama_cpp
 from wasinn_host.llama.grammar_sampling import GrammarSampler
 from wasinn_host.testing.gguf_models import write_random_model
+
+from .test_sampler_order import assert_same_draws, host_run
 
 PROMPT = "abc def ghi"
 WORDS = 'root ::= [a-z]+ (" " [a-z]+){2,5} "."'
