@@ -40,7 +40,7 @@ def received(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     load, init = llama_cpp.llama_model_load_from_file, llama_cpp.llama_init_from_model
 
     def spy_load(path: bytes, mparams: Any) -> Any:
-        overrides = []
+        overrides: list[tuple[bytes, int]] = []
         if mparams.tensor_buft_overrides:
             array = ctypes.cast(mparams.tensor_buft_overrides, ctypes.POINTER(BufferOverride))
             while array[len(overrides)].pattern is not None:
