@@ -74,4 +74,3 @@ def test_scaled_context_generates_what_llama_cpp_generates(
     assert host_tokens(nn, keys) == expected
     unscaled = native.generate(prompt, N_PREDICT, n_ctx=CTX)
     assert expected != unscaled, "the keys change the answer (not ignored)"
-
