@@ -90,8 +90,8 @@ def code_token_base(tokenize: Callable[[bytes, bool, bool], list[int]], label: s
     ids = tokenize(FIRST_CODE_TOKEN, False, True)
     if len(ids) != 1:
         raise invalid(
-            f"config key 'tts': model {label} is not an OuteTTS model: its vocabulary has no {FIRST_CODE_TOKEN.decode()} "
-            "audio-code token"
+            f"config key 'tts': model {label} is not an OuteTTS model: its vocabulary has no "
+            f"{FIRST_CODE_TOKEN.decode()} audio-code token"
         )
     return ids[0]
 

@@ -44,7 +44,7 @@ def find_guest_path(path: str, dirs: Sequence[tuple[str, str]]) -> Path | None:
 
 
 def resolve_guest_path(path: str, dirs: Sequence[tuple[str, str]], what: str = "image") -> Path:
-    """The host file behind guest ``path`` (named by key ``what``); invalid argument if no preopened directory holds it."""
+    """The host file behind guest ``path`` (what ``what`` names); invalid argument if no preopened directory has it."""
     target = find_guest_path(path, dirs)
     if target is not None:
         return target

@@ -46,7 +46,9 @@ class Vocoder:
         with capture_llama_log() as lines:
             model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not model:
-            raise invalid(f"config key 'model-vocoder': llama.cpp could not load {str(path)!r}: {load_failure_cause(lines)}")
+            raise invalid(
+                f"config key 'model-vocoder': llama.cpp could not load {str(path)!r}: {load_failure_cause(lines)}"
+            )
         self.ptr = model
         self.ctx: Any = None
         self._capacity = 0
@@ -116,7 +118,9 @@ class Vocoder:
                 with capture_llama_log():
                     rc = llama_cpp.llama_encode(ctx, batch)
                 if rc != 0:
-                    raise WasiNNError(ErrorKind.RUNTIME_ERROR, f"text-to-speech: the vocoder failed (llama_encode {rc})")
+                    raise WasiNNError(
+                        ErrorKind.RUNTIME_ERROR, f"text-to-speech: the vocoder failed (llama_encode {rc})"
+                    )
                 data = llama_cpp.llama_get_embeddings(ctx)
                 return np.ctypeslib.as_array(data, shape=(n * self.width,)).reshape(n, self.width).copy()
             finally:

@@ -7,8 +7,8 @@ vocabulary has 4,101 of them at ids 151672..155772; the host counts codes from t
 Like the successor model (``gguf_models.py``) it is a hand-built bigram table, so its greedy output is
 known in advance: a newline (every OuteTTS prompt ends with one) is followed by ``<|code_start|>``, then
 the :data:`CHAIN` of audio codes, ``<|code_end|>``, ``<|audio_end|>`` and ``<|im_end|>`` (end of
-generation); every other token is followed by ``<|im_end|>``.  ``logit_gap`` is how sure it is: 20 makes
-sampling pick the chain, a small gap makes the output depend on the seed.  ``version="0.3"`` gives it the
+generation); every other token is followed by ``<|im_end|>``, with a logit 20 above the rest, so sampling
+picks the chain too (``random_codes`` makes the codes random instead).  ``version="0.3"`` gives it the
 chat template ``outetts-0.3``, from which the host takes the OuteTTS 0.3 prompt format.
 
 :func:`write_wavtokenizer_model` writes a ``wavtokenizer-dec`` GGUF with seeded random weights in the
@@ -88,17 +88,24 @@ def successor_table(vocab: Vocab) -> list[int]:
 
 
 def write_outetts_model(
-    path: str | os.PathLike[str], *, version: str = "0.2", logit_gap: float = 20.0, context_length: int = 8192
+    path: str | os.PathLike[str], *, version: str = "0.2", random_codes: bool = False, context_length: int = 8192
 ) -> pathlib.Path:
-    """Write the OuteTTS-shaped bigram model (see the module docstring) to ``path``."""
+    """Write the OuteTTS-shaped bigram model (see the module docstring) to ``path``; with ``random_codes``,
+    ``<|code_start|>`` and every code are followed by all 64 codes alike (sampling draws them at random, the
+    output ends only at ``n-predict``)."""
     vocab = outetts_vocab()
     n_vocab = len(vocab.tokens)
     n_embd = math.ceil(n_vocab / SUCCESSOR_HEAD_DIM) * SUCCESSOR_HEAD_DIM
     shape = LlamaShape(n_vocab, n_embd, 1, n_embd // SUCCESSOR_HEAD_DIM, 64, context_length)
     output = np.zeros((n_vocab, n_embd), dtype=np.float32)
-    scale = logit_gap * math.sqrt(1.0 / n_embd + shape.rms_eps)
+    scale = 20.0 * math.sqrt(1.0 / n_embd + shape.rms_eps)  # a logit 20 above the others: greedy in effect
     for token, successor in enumerate(successor_table(vocab)):
         output[successor, token] = scale
+    if random_codes:
+        first_code = vocab.tokens.index("<|0|>")
+        for token in (vocab.tokens.index("<|code_start|>"), *range(first_code, first_code + N_CODES)):
+            output[:, token] = 0.0
+            output[first_code : first_code + N_CODES, token] = scale
     tensors = {
         "token_embd.weight": np.eye(n_vocab, n_embd, dtype=np.float32),
         "output_norm.weight": np.ones(n_embd, dtype=np.float32),
@@ -119,7 +126,9 @@ def write_outetts_model(
         fill = np.ones if name.endswith("norm.weight") else np.zeros
         tensors[f"blk.0.{name}"] = fill(dims, dtype=np.float32)
     template = "outetts-0.3" if version == "0.3" else None
-    return write_llama_gguf(path, shape, vocab, tensors, name=f"wasinn-outetts-{version}", f16=False, chat_template=template)
+    return write_llama_gguf(
+        path, shape, vocab, tensors, name=f"wasinn-outetts-{version}", f16=False, chat_template=template
+    )
 
 
 def _vocoder_tensors(seed: int) -> dict[str, np.ndarray]:
