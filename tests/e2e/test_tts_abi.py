@@ -18,6 +18,7 @@ import pytest
 
 from wasinn_host import Errno, ModelRegistry, WasiNN
 from wasinn_host.core.params import ModelParams
+from wasinn_host.core.tts_speaker import default_speaker_words
 from wasinn_host.llama.model import LlamaModel
 from wasinn_host.testing.abi_guest import AbiGuest
 from wasinn_host.testing.tts_models import (
@@ -179,3 +180,25 @@ def test_the_same_model_without_tts_answers_text(nn: WasiNN, files: pathlib.Path
     rc, text = g.generate(graph, "hi\n", '{"temp": 0}')
     codes = "".join(f"<|{code}|>" for code in CHAIN)
     assert rc == 0 and text == f"<|code_start|>{codes}<|code_end|><|audio_end|><|im_end|>"
+
+
+def test_without_a_speaker_file_the_default_speaker_speaks(nn: WasiNN, files: pathlib.Path) -> None:
+    """WasmEdge's default speaker (OuteTTS's en_female_1, 40 words) when no ``tts-speaker-file`` is given."""
+    g = guest(nn, files)
+    config = {"tts": True, "model-vocoder": "voc.gguf", "ctx-size": 16384, "batch-size": 4096, "tts-output-file": ""}
+    rc, ctx = speak(g, "tts02", config, "Hi")
+    assert rc == 0
+    meta = metadata(g, ctx)
+    words = default_speaker_words()
+    text = "".join(f"{word}<|text_sep|>" for word, _, _ in words)
+    data = "".join(
+        f"{word}<|t_{duration:.2f}|><|code_start|>{''.join(f'<|{c}|>' for c in codes)}<|code_end|>\n"
+        for word, duration, codes in words
+    )
+    prompt = f"<|im_start|>\n<|text_start|>{text}hi<|text_end|>\n<|audio_start|>\n{data}"
+    model = LlamaModel(files / "tts02.gguf", ModelParams())
+    try:
+        assert meta["input_tokens"] == len(model.tokenize(prompt.encode()))
+    finally:
+        model.close()
+    assert meta["output_tokens"] == len(CHAIN)
