@@ -120,6 +120,8 @@ _KEYS: tuple[KeySpec, ...] = (
     ),
     KeySpec("split-mode", str, "model", "split_mode", _one_of("none", "layer", "row"), "none, layer or row"),
     KeySpec("no-kv-offload", bool, "model", "no_kv_offload"),
+    KeySpec("tts", bool, "model", "tts"),
+    KeySpec("model-vocoder", str, "model", "vocoder"),
     # sampling
     KeySpec("temp", float, "sampling", "temp", clamp_min=0.0),
     KeySpec("dynatemp-range", float, "sampling", "dynatemp_range", _at_least(0.0), ">= 0.0"),
@@ -179,6 +181,8 @@ _KEYS: tuple[KeySpec, ...] = (
     ),
     KeySpec("image", str, "options", "image"),
     KeySpec("always-regenerate-image-embd", bool, "options", "always_regenerate_image_embd"),
+    KeySpec("tts-output-file", str, "options", "tts_output_file"),
+    KeySpec("tts-speaker-file", str, "options", "tts_speaker_file"),
     KeySpec("spec-type", str, "options", "spec_type", _one_of(*SPEC_TYPES), " or ".join(SPEC_TYPES)),
     KeySpec("draft-max", int, "options", "draft_max", _between(0, 1024), "0 to 1024"),
     KeySpec("draft-min", int, "options", "draft_min", _between(0, 1024), "0 to 1024"),
@@ -240,31 +244,12 @@ SECTIONS = ("sampling", "stopping", "memory", "model")
 # Keys WasmEdge's GGML plugin accepts that this host does not implement: warned once.
 _NOT_IMPLEMENTED = frozenset(
     {
-        "model-vocoder",
-        "tts-output-file",
-        "tts-speaker-file",
         "cache-type-k",
         "cache-type-v",
     }
 )
 _warned: set[str] = set()
 _RECORDS = ("model", "sampling", "stopping", "options", "logging")
-
-
-def refuse_unserved_request(key: str, value: Any) -> None:
-    """Refuse a key asking for a kind of output this host cannot produce, rather than answering with
-    another kind.  ``tts: true`` asks for speech (WAV bytes in the output and ``tts-output-file``):
-    an unsupported operation.  When TTS is implemented (issue 32), ``tts`` becomes a key and this goes."""
-    if key != "tts":
-        return
-    if not isinstance(value, bool):
-        raise invalid(f"config key 'tts': got {json_type(value)} {as_json(value)}; expected true or false")
-    if value:
-        raise WasiNNError(
-            ErrorKind.UNSUPPORTED,
-            "config key 'tts': text-to-speech (OuteTTS with a WavTokenizer vocoder) is not implemented by "
-            "wasinn-host; a graph asking for it is refused rather than answering with text",
-        )
 
 
 @dataclass(frozen=True)
@@ -420,8 +405,6 @@ def parse_config(text: bytes | str) -> ParsedConfig:
         raise WasiNNError(ErrorKind.INVALID_ENCODING, f"config must be a JSON object, got {json_type(doc)}")
     groups: dict[str, dict[str, Any]] = {record: {} for record in _RECORDS}
     items = _flatten(doc)
-    for key, value in items:
-        refuse_unserved_request(key, value)  # before any other key is applied or warned about
     for key, value in items:
         spec = KEYS.get(key)
         if spec is None:

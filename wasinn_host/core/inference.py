@@ -32,6 +32,7 @@ from .params import POOLING_RANK, ContextParams, ModelParams
 from .registry import LoadedModel, ModelRegistry
 from .rerank import parse_rerank_input
 from .scheduler import ContextState
+from .tts_graph import FileAccess, save_speech, speak, tts_model_params, tts_prompt
 from .utf8_pieces import PieceJoiner
 
 log = logging.getLogger("wasinn_host")
@@ -80,7 +81,7 @@ def open_graph(
     bound; the model reference is dropped again if the config's per-context part is refused.
     """
     apply_logging_keys(config)  # before loading, so llama.cpp's load log is shown too
-    model = acquire(config.apply_model(ModelParams()))
+    model = acquire(tts_model_params(config.apply_model(ModelParams())))
     try:
         defaults = config.apply_context(ContextParams())
         model.weights.check_sampling(defaults.sampling)
@@ -138,6 +139,7 @@ class InferenceContext:
         "image_prompt",
         "rerank_prompts",
         "read_image",
+        "guest_files",
         "output",
         "output_tokens",
         "last_piece",
@@ -168,6 +170,8 @@ class InferenceContext:
         """A reranker's (query, document) sequences of a ``/rerank`` prompt, one score each (``rerank.py``)."""
         self.read_image: Callable[[str], bytes] | None = None
         """Reads the ``image`` key's file; set by the front end (guests: through their preopened dirs)."""
+        self.guest_files: FileAccess | None = None
+        """Reads and writes a TTS graph's speaker and output files; set by the front end, as ``read_image``."""
         self.output = bytearray()
         self.output_tokens: array[int] = array("i")
         self.last_piece = b""
@@ -232,6 +236,12 @@ class InferenceContext:
             from .chat_prompt import render_chat_prompt  # Jinja, for the contexts that ask for templating
 
             data = render_chat_prompt(self.model.weights, self.params.options.chat_template, data)
+        if self.model.params.tts:  # an OuteTTS prompt (tts_graph.py)
+            weights, label = self.model.weights, self.model.label
+            self.image_prompt = None
+            self.prompt_tokens = array("i", tts_prompt(weights, data, self.params.options, self.guest_files, label))
+            self.revision += 1
+            return
         vision = getattr(self.model.weights, "vision", None)
         image_key = self.params.options.image
         if vision is None:
@@ -308,13 +318,25 @@ class InferenceContext:
             return self._generate_embedding(tokens)
         stop = self.params.stopping
         limit = stop.n_predict if stop.n_predict >= 0 else INT32_MAX
-        return self._run(
+        result = self._run(
             self._request(
                 tokens,
                 limit=min(limit, self.limits.max_n_predict),
                 on_piece=on_piece or (stdout if stop.stream_stdout else None),
             )
         )
+        if self.model.params.tts:
+            self._speak()
+        return result
+
+    def _speak(self) -> None:
+        """A TTS graph's generation to speech: the WAV replaces the output, the audio codes its tokens; the
+        file is written last (a failure to write it keeps the WAV in the output, as WasmEdge does)."""
+        wav, codes = speak(self.model.weights, self.output_tokens, self.model.label)
+        self.output = bytearray(wav)
+        self.output_tokens = array("i", codes)
+        self.revision += 1
+        save_speech(wav, self.params.options, self.guest_files)
 
     def _generate_embedding(self, tokens: Sequence[int]) -> GenerationResult:
         n_batch = self.model.worker.context.n_batch
@@ -530,7 +552,7 @@ class InferenceContext:
             self.revision,
             self.last_used,
         )
-        shared = (self.graph, self._registry, self.limits, self.read_image, self.params)
+        shared = (self.graph, self._registry, self.limits, self.read_image, self.guest_files, self.params)
         return Frozen(
             InferenceContext,
             shared,
@@ -546,7 +568,7 @@ class InferenceContext:
             marshal.loads(blob)
         )
         self = cls.__new__(cls)
-        self.graph, self._registry, self.limits, self.read_image, self.params = shared
+        self.graph, self._registry, self.limits, self.read_image, self.guest_files, self.params = shared
         self.model = self.graph.model
         self.busy = False
         self.last_used = used
@@ -598,9 +620,11 @@ def _effective(model: LoadedModel, field: str) -> Any:
 
 
 def _same_projector(field: str, value: Any, model: LoadedModel) -> bool:
-    """A guest's ``mmproj`` naming the loaded projector by its file name (WasmEdge's examples repeat the
-    load config in the context's metadata): not a change."""
-    return field == "mmproj" and bool(value) and Path(str(value)).name == Path(model.params.mmproj).name
+    """A guest's ``mmproj`` (or ``model-vocoder``) naming the loaded file by its name (WasmEdge's examples
+    repeat the load config in the context's metadata): not a change."""
+    if field not in ("mmproj", "vocoder") or not value:
+        return False
+    return Path(str(value)).name == Path(getattr(model.params, field)).name
 
 
 def _loaded_value(model: LoadedModel, field: str) -> str:

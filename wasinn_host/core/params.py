@@ -78,6 +78,12 @@ class ModelParams:
     """How a model is split over several GPUs: ``none``, ``layer`` or ``row``."""
     no_kv_offload: bool = False
     """Keep the KV cache (and the attention over it) in CPU memory when layers are offloaded."""
+    tts: bool = False
+    """Text to speech (OuteTTS): prompts become OuteTTS prompts and the output a WAV file (``tts_graph.py``)."""
+    vocoder: str = ""
+    """The WavTokenizer vocoder of a ``tts`` graph: a file the guest named inside its preopened directories."""
+    vocoder_from_guest: bool = False
+    """``vocoder`` is a host path the front end resolved through the guest's preopened directories."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +169,10 @@ class PromptOptions:
     path_prompt_cache: str = ""
     """The entry of the host's prompt cache this context's prompts are saved under (a name inside the
     cache directory, never a host path; "" = named by content; ignored without a cache)."""
+    tts_output_file: str = "output.wav"
+    """Where a ``tts`` graph's WAV is written, as the guest names it (inside its preopened directories)."""
+    tts_speaker_file: str = ""
+    """An OuteTTS speaker profile (JSON) for a ``tts`` graph's prompts, as the guest names it; "" = the default."""
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from .offload import ModelSizes, choose_gpu_layers, fit_gpu_layers
 from .placement import set_placement
 from .sampler import check_sampling
 from .vision import Vision
+from .vocoder import Vocoder
 
 log = logging.getLogger("wasinn_host")
 
@@ -96,12 +97,21 @@ class LlamaModel:
         self._eog: dict[int, bool] = {}
         self.vision: Vision | None = None
         """The multimodal projector loaded with the model (``mmproj``), if the host configured one."""
+        self.vocoder: Vocoder | None = None
+        """The WavTokenizer vocoder of a TTS graph (``tts`` with ``model-vocoder``)."""
         if params.mmproj:
             try:
                 with capture_llama_log():
                     threads = params.threads if params.threads > 0 else default_threads()
                     on_gpu = self.n_gpu_layers != 0 and devices.can_offload()  # the projector follows the model
                     self.vision = Vision(Path(params.mmproj), model, threads, route_llama_log, on_gpu)
+            except BaseException:
+                self.close()
+                raise
+        if params.tts:
+            try:
+                threads = params.threads if params.threads > 0 else default_threads()
+                self.vocoder = Vocoder(Path(params.vocoder), threads, max(params.batch_size, params.ubatch_size))
             except BaseException:
                 self.close()
                 raise
@@ -178,7 +188,10 @@ class LlamaModel:
         check_sampling(self, params)
 
     def close(self) -> None:
-        """Free the projector and the weights."""
+        """Free the projector, the vocoder and the weights."""
+        if self.vocoder is not None:
+            self.vocoder.close()
+            self.vocoder = None
         if self.vision is not None:
             self.vision.close()
             self.vision = None
