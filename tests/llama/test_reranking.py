@@ -20,7 +20,7 @@ from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.core.errors import ErrorKind, WasiNNError
 from wasinn_host.llama.bindings import llama_cpp
 from wasinn_host.llama.log import init_backend
-from wasinn_host.testing.gguf_models import BOS_ID, EOS_ID
+from wasinn_host.testing.gguf_models import BOS_ID, EOS_ID, write_successor_model
 from wasinn_host.testing.guest_runs import wasinn_cli
 from wasinn_host.testing.reranker_model import LABELS, SEP_ID, write_reranker_model
 
@@ -178,3 +178,17 @@ def test_an_embedding_model_is_no_reranker(nn: WasiNN) -> None:
     with nn.session("rr", {"embedding": True, "ctx-size": CTX}) as session:
         vector = session.embed(json.dumps({"query": QUERY, "documents": DOCUMENTS}))
     assert len(vector) == 64 and abs(sum(v * v for v in vector) - 1.0) < 1e-6
+
+
+def test_a_model_without_a_classification_head_cannot_rerank(tmp_path: pathlib.Path) -> None:
+    """Rank pooling over a model without ``cls.*`` tensors would score every document 0: refused at load."""
+    path = write_successor_model(tmp_path / "plain.gguf")
+    registry = ModelRegistry([f"plain:GGML:AUTO:{path}"])
+    try:
+        nn = WasiNN(registry=registry)
+        with pytest.raises(WasiNNError) as err, nn.session("plain", LOAD) as session:
+            session.rerank(QUERY, DOCUMENTS)
+    finally:
+        registry.close()
+    assert err.value.kind is ErrorKind.INVALID_ARGUMENT
+    assert "no classification head" in str(err.value) and "reranker model" in str(err.value)

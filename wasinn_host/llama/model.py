@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from ..core.errors import ErrorKind, WasiNNError
-from ..core.params import ModelParams, SamplingParams
+from ..core.params import POOLING_RANK, ModelParams, SamplingParams
 from ..core.runtime import DEFAULT_SEQUENCES, MAX_DEFAULT_CTX
 from . import devices
 from .bindings import llama_cpp
@@ -67,6 +67,12 @@ class LlamaModel:
     def __init__(self, path: Path, params: ModelParams) -> None:
         init_backend()
         self.path = path
+        if params.pooling_type == POOLING_RANK and not read_layout(path, devices.type_size).has_classifier:
+            raise WasiNNError(
+                ErrorKind.INVALID_ARGUMENT,
+                f"model file {path.name!r} has no classification head (cls.* tensors), so it cannot rerank: "
+                "'reranking' (rank pooling) needs a reranker model",
+            )
         mparams = llama_cpp.llama_model_default_params()
         self.n_gpu_layers: int = gpu_layers(path, params)
         """The layers offloaded, as chosen from the target or ``n-gpu-layers`` (-1 = all)."""
