@@ -84,7 +84,7 @@ def complete_together(nn: WasiNN, jobs: list[tuple[str, dict[str, Any]]]) -> lis
 
 
 def test_logits_rows_asked_are_the_tokens_sampled(host: WasiNN, steps: list[list[int]]) -> None:
-    jobs = [
+    jobs: list[tuple[str, dict[str, Any]]] = [
         ("a", {"n-predict": 6}),
         ("klmno" * 20, {"n-predict": 3}),
         ("b" * 200, {"n-predict": 5}),  # a prompt in several chunks (batch-size 64): no row until its last
@@ -99,7 +99,7 @@ def test_logits_rows_asked_are_the_tokens_sampled(host: WasiNN, steps: list[list
 
 
 def test_a_draft_asks_a_row_per_token_within_the_room(host: WasiNN, steps: list[list[int]]) -> None:
-    config = {"n-predict": 40, "spec-type": "ngram-simple", "draft-max": 16, "draft-min": 1}
+    config: dict[str, Any] = {"n-predict": 40, "spec-type": "ngram-simple", "draft-max": 16, "draft-min": 1}
     text = complete_together(host, [("abcdefghijklmnopqrstuvwxyz" * 3 + "a", config)])[0]
     assert text == "bcdefghijklmnopqrstuvwxyz</s>"
     (model,) = host.registry.loaded()
@@ -128,9 +128,9 @@ def test_the_compute_buffer_holds_the_rows_a_batch_can_ask(big_vocab_model: Llam
 def test_the_output_buffer_is_reused_by_later_requests(host: WasiNN, steps: list[list[int]]) -> None:
     """llama.cpp reserves a logits row per sequence and grows its output buffer when a batch asks for more
     rows than ever before (never beyond ``n_outputs_max``); requests of shapes it has seen reuse it."""
-    config = {"n-predict": 30, "spec-type": "ngram-simple", "draft-max": 16}
+    config: dict[str, Any] = {"n-predict": 30, "spec-type": "ngram-simple", "draft-max": 16}
     prompt = "abcdefghijklmnopqrstuvwxyz" * 3 + "a"
-    jobs = [(prompt, config), ("c", {"n-predict": 4}), ("k", {"n-predict": 8})]
+    jobs: list[tuple[str, dict[str, Any]]] = [(prompt, config), ("c", {"n-predict": 4}), ("k", {"n-predict": 8})]
     complete_together(host, jobs)
     (model,) = host.registry.loaded()
     context = model.worker.context
