@@ -21,8 +21,8 @@ Target (issue 30): the net peak at most 15 % over weights (``llama_model_size``)
 
 With ``--type-k``/``--type-v`` (e.g. ``q8_0``) it measures a quantized KV cache.  With
 ``--fit-gib G --ctx-size 4096`` it also prints how many guests of that context fit in G GiB (weights,
-KV per guest, and the buffers as measured here), and ``--fit-guests`` runs that many to measure their
-throughput (tokens/s for all guests together, from the common start to the last exit).
+KV per guest, and the buffers as measured here), and ``--fit-run`` runs that many to measure their
+peak memory and throughput (tokens/s for all guests together, from the common start to the last exit).
 
 Usage: ``python scripts/benchmarks/bench_memory.py [--model smollm2|gemma3|M.gguf] [--guests 32]
 [--tokens 64] [--prompt-tokens 32] [--ctx-size 768] [--threads 2] [--type-k f16] [--type-v f16]``.
@@ -43,7 +43,8 @@ from pathlib import Path
 
 from guests_together import run_together
 
-from wasinn_host import ModelRegistry, WasiNN
+from wasinn_host import Limits, ModelRegistry, WasiNN
+from wasinn_host.core.kv_sizing import MAX_SEQUENCES
 from wasinn_host.testing.real_models import model_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,6 +160,7 @@ def main() -> int:
     parser.add_argument("--type-k", default="f16", help="KV cache type of K (default f16)")
     parser.add_argument("--type-v", default="f16", help="KV cache type of V (default f16)")
     parser.add_argument("--fit-gib", type=float, default=0.0, help="print how many guests fit in this many GiB")
+    parser.add_argument("--fit-run", action="store_true", help="then run that many guests at once and measure them")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     rng = random.Random(args.seed)
@@ -227,14 +229,29 @@ def main() -> int:
     )
     print(f"  throughput: {run.tokens / run.wall_s:.1f} tokens/s for all guests ({run.wall_s:.1f} s)")
     if args.fit_gib:
-        per_guest = kv / max(n_seq, 1)
-        fixed = weights_resident + model_heap + output + compute + max(other, 0)
-        fit = int((args.fit_gib * (1 << 30) - before_load - fixed) // per_guest)
+        per_guest = kv / max(n_seq, 1) + (output + compute + max(other, 0)) / args.guests
+        fixed = before_load + weights_resident + model_heap
+        fit = min(int((args.fit_gib * (1 << 30) - fixed) // per_guest), MAX_SEQUENCES)
         print(
             f"  fits in {args.fit_gib:g} GiB: {fit} guests of ctx-size {args.ctx_size} "
-            f"(KV {mib(per_guest).strip()} a guest; weights, buffers and the rest {mib(fixed).strip()}; "
-            f"process before load {mib(before_load).strip()})"
+            f"({mib(per_guest).strip()} a guest: its KV, logits rows and share of the rest as measured here; "
+            f"{mib(fixed).strip()} before the first guest)"
         )
+        if args.fit_run:
+            budget = Limits(max_kv_bytes=int(args.fit_gib * (1 << 30)), max_queue=max(fit, 64))
+            nn = WasiNN(preload=[f"{ALIAS}:GGML:AUTO:{path}"], registry=ModelRegistry(), limits=budget)
+            module = nn.load_module(GUEST)
+            fixed_seqs = dict(config, **{"n-parallel": fit})  # the worker would otherwise grow by doubling
+            run_together(nn, module, ALIAS, prompts(rng, 1, args.prompt_tokens), dict(fixed_seqs, **{"n-predict": 2}))
+            with PeakRss() as peak:
+                together = run_together(nn, module, ALIAS, prompts(rng, fit, args.prompt_tokens), fixed_seqs)
+            sequences = max(m.worker.context.n_seq for m in nn.registry.loaded())
+            nn.registry.close()
+            print(
+                f"  ran {fit} guests at once ({sequences} sequences): peak RSS {mib(peak.peak).strip()} "
+                f"({'within' if peak.peak <= args.fit_gib * (1 << 30) else 'over'} {args.fit_gib:g} GiB), "
+                f"{fit * args.tokens / together.wall_s:.1f} tokens/s for all guests ({together.wall_s:.1f} s)"
+            )
     print(f"total time {time.perf_counter() - started_all:.0f} s")
     return 0
 
