@@ -27,6 +27,8 @@ from typing import Any, Callable, Mapping
 import orjson
 
 from .errors import ErrorKind, WasiNNError, invalid
+from .kv_types import ACCEPTED as KV_TYPES_ACCEPTED
+from .kv_types import is_kv_type, kv_type
 from .ngram_drafts import SPEC_TYPES
 from .params import DEFAULT_SEED, POOLING_RANK, ContextParams, ModelParams, PromptOptions, SamplingParams, StopParams  # noqa: F401
 from .preload import Target
@@ -48,6 +50,8 @@ class KeySpec:
     check: Check | None = None
     accepted: str = ""
     clamp_min: float | None = None
+    convert: Callable[[Any], Any] | None = None
+    """Turns another accepted form of the value into the record's (before the type check)."""
 
 
 def _at_least(low: float) -> Check:
@@ -122,6 +126,8 @@ _KEYS: tuple[KeySpec, ...] = (
     KeySpec("no-kv-offload", bool, "model", "no_kv_offload"),
     KeySpec("tts", bool, "model", "tts"),
     KeySpec("model-vocoder", str, "model", "vocoder"),
+    KeySpec("type-k", str, "model", "type_k", is_kv_type, KV_TYPES_ACCEPTED, convert=kv_type),
+    KeySpec("type-v", str, "model", "type_v", is_kv_type, KV_TYPES_ACCEPTED, convert=kv_type),
     # sampling
     KeySpec("temp", float, "sampling", "temp", clamp_min=0.0),
     KeySpec("dynatemp-range", float, "sampling", "dynatemp_range", _at_least(0.0), ">= 0.0"),
@@ -228,6 +234,8 @@ ALIASES: Mapping[str, str] = {
     "context-shifting": "ctx-shift",
     "context-shift": "ctx-shift",
     "embeddings": "embedding",
+    "cache-type-k": "type-k",
+    "cache-type-v": "type-v",
     "draft": "draft-max",
     "draft-n": "draft-max",
     "draft-n-min": "draft-min",
@@ -241,14 +249,6 @@ ALIASES: Mapping[str, str] = {
 # The nested form: {"sampling": {...}, "stopping": {...}, "memory": {...}}
 SECTIONS = ("sampling", "stopping", "memory", "model")
 
-# Keys WasmEdge's GGML plugin accepts that this host does not implement: warned once.
-_NOT_IMPLEMENTED = frozenset(
-    {
-        "cache-type-k",
-        "cache-type-v",
-    }
-)
-_warned: set[str] = set()
 _RECORDS = ("model", "sampling", "stopping", "options", "logging")
 
 
@@ -354,6 +354,8 @@ def _logit_bias(name: str, value: Any) -> tuple[tuple[int, float], ...]:
 
 def _coerce(spec: KeySpec, value: Any) -> Any:
     """Check one value's JSON type and range; return it as the record's Python type."""
+    if spec.convert is not None:
+        value = spec.convert(value)
     if not _type_ok(spec.kind, value):
         raise invalid(
             f"config key {spec.name!r}: got {json_type(value)} {as_json(value)}; expected {_EXPECTED[spec.kind]}"
@@ -407,10 +409,7 @@ def parse_config(text: bytes | str) -> ParsedConfig:
     items = _flatten(doc)
     for key, value in items:
         spec = KEYS.get(key)
-        if spec is None:
-            if key in _NOT_IMPLEMENTED and key not in _warned:
-                _warned.add(key)
-                log.warning("config key %r is not implemented by wasinn-host and is ignored", key)
+        if spec is None:  # every key WasmEdge's plugin reads is implemented; others are not WasmEdge's either
             continue
         groups[spec.record][spec.field] = _coerce(spec, value)
     model = groups["model"]

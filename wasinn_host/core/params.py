@@ -40,6 +40,10 @@ class ModelParams:
     shared KV pool; N: at most N, each with its own ``ctx-size`` cells."""
     embedding: bool = False
     flash_attn: str = "auto"
+    type_k: str = "f16"
+    """KV cache type of K (``type-k``: llama.cpp's ``--cache-type-k`` names, see ``kv_types.py``)."""
+    type_v: str = "f16"
+    """KV cache type of V (``type-v``); a quantized one needs flash attention."""
     mmproj: str = ""
     """The multimodal projector of the model's name ("" = text only): the one the host configured, or
     a file the guest named inside its preopened directories (see ``registry.py``), never another host file."""

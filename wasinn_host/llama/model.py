@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from ..core.errors import ErrorKind, WasiNNError
+from ..core.kv_types import GGML_TYPES
 from ..core.params import POOLING_RANK, ModelParams, SamplingParams
 from ..core.runtime import DEFAULT_SEQUENCES, MAX_DEFAULT_CTX
 from . import devices
@@ -97,6 +98,8 @@ class LlamaModel:
         self.n_ctx_train: int = llama_cpp.llama_model_n_ctx_train(model)
         self.n_embd: int = llama_cpp.llama_model_n_embd(model)
         self.size_bytes: int = llama_cpp.llama_model_size(model)
+        self.kv_shape: tuple[int, int, int] = kv_shape(model)
+        """(layers, K values, V values) of one KV cell (see :func:`kv_cache_bytes`)."""
         self.bos: int = llama_cpp.llama_vocab_bos(self.vocab)
         self.eos: int = llama_cpp.llama_vocab_eos(self.vocab)
         self._pieces: dict[int, bytes] = {}
@@ -206,10 +209,36 @@ class LlamaModel:
             self.ptr = None
 
 
-def kv_cache_bytes(model: LlamaModel, n_ctx: int) -> int:
-    """F16 K and V cells for every layer (llama.cpp's default cache type)."""
-    n_layer = llama_cpp.llama_model_n_layer(model.ptr)
-    n_head = max(llama_cpp.llama_model_n_head(model.ptr), 1)
-    n_head_kv = llama_cpp.llama_model_n_head_kv(model.ptr)
-    n_embd_kv = model.n_embd // n_head * n_head_kv
-    return 2 * n_layer * n_ctx * n_embd_kv * 2
+def kv_cache_bytes(model: LlamaModel, n_ctx: int, type_k: str = "f16", type_v: str = "f16") -> int:
+    """K and V cells of every layer for ``n_ctx`` cells, each of its cache type (``kv_types.py``'s names;
+    f16 is llama.cpp's default), as llama.cpp allocates them with a full-size sliding-window cache (its
+    default): per layer a row of ``n_head_kv`` heads of the key (value) length, which a model may set
+    apart from ``n_embd / n_head`` (Gemma 3: 256 against 160)."""
+    n_layer, k_width, v_width = model.kv_shape
+    return n_layer * n_ctx * (_row_bytes(type_k, k_width) + _row_bytes(type_v, v_width))
+
+
+def _row_bytes(name: str, width: int) -> int:
+    """Bytes of ``width`` values of a KV cache type (ggml's block size and bytes per block)."""
+    block, block_bytes = devices.type_size(GGML_TYPES[name])
+    return -(-width // block) * block_bytes
+
+
+def kv_shape(model_ptr: ctypes.c_void_p) -> tuple[int, int, int]:
+    """(layers, K values per cell and layer, V values per cell and layer) of a loaded model: the heads of
+    the KV cache times the key and value lengths of its GGUF metadata (``n_embd / n_head`` without them)."""
+    n_layer = llama_cpp.llama_model_n_layer(model_ptr)
+    n_head = max(llama_cpp.llama_model_n_head(model_ptr), 1)
+    n_head_kv = llama_cpp.llama_model_n_head_kv(model_ptr)
+    head = llama_cpp.llama_model_n_embd(model_ptr) // n_head
+    arch = _meta(model_ptr, "general.architecture")
+    k_len = int(_meta(model_ptr, f"{arch}.attention.key_length") or head)
+    v_len = int(_meta(model_ptr, f"{arch}.attention.value_length") or head)
+    return n_layer, k_len * n_head_kv, v_len * n_head_kv
+
+
+def _meta(model_ptr: ctypes.c_void_p, key: str) -> str:
+    """A GGUF metadata value as text ("" if the model has no such key)."""
+    buf = ctypes.create_string_buffer(256)
+    n = llama_cpp.llama_model_meta_val_str(model_ptr, key.encode(), buf, len(buf))
+    return buf.value.decode("utf-8", "replace") if n >= 0 else ""
