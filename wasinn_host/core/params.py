@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .prefill_budget import DEFAULT_STEP_BUDGET
 from .preload import Target
 
 DEFAULT_SEED = 0xFFFF_FFFF
@@ -38,6 +39,9 @@ class ModelParams:
     shared KV pool; N: at most N, each with its own ``ctx-size`` cells."""
     embedding: bool = False
     flash_attn: str = "auto"
+    prefill_step_budget: float = DEFAULT_STEP_BUDGET
+    """While guests generate, a step with prompt tokens costs at most this many plain decode steps
+    (chunked prefill, see ``prefill_budget.py``); 0 = off (prompts take the whole batch)."""
     mmproj: str = ""
     """The multimodal projector of the model's name ("" = text only): the one the host configured, or
     a file the guest named inside its preopened directories (see ``registry.py``), never another host file."""

@@ -12,7 +12,9 @@ The worker owns the inference context.  Other threads never touch it: they submi
    waits for it (see :meth:`ModelWorker._follows`);
 2. **plans** one batch: one token for every generating job, then prompt chunks, at most
    ``n_batch`` tokens, in sequence-id order; a job with speculation on adds draft tokens
-   (:mod:`.ngram_drafts`, as many as :mod:`.draft_budget` finds worth their cost);
+   (:mod:`.ngram_drafts`, as many as :mod:`.draft_budget` finds worth their cost); while guests are
+   generating, prompt chunks are cut to what keeps the step within ``prefill-step-budget`` times
+   their plain decode step (:mod:`.prefill_budget`);
 3. **decodes** it;
 4. **samples** every job whose tokens are all decoded, and **applies its stop rules**; a
    draft is **verified** on the way: the job samples at each draft position in turn, as
@@ -33,7 +35,7 @@ import threading
 import time
 from typing import Callable
 
-from . import prefix_reuse, prompt_cache_use, speculation, stop_rules
+from . import prefill_budget, prefix_reuse, prompt_cache_use, speculation, stop_rules
 from .draft_budget import DecodeCost, passes
 from .errors import ErrorKind, WasiNNError
 from .generation import GenerationRequest, GenerationResult, StopReason
@@ -92,6 +94,7 @@ class ModelWorker:
         name: str,
         grow: Grow | None = None,
         prompt_cache: ModelPromptCache | None = None,
+        prefill_step_budget: float = prefill_budget.DEFAULT_STEP_BUDGET,
     ) -> None:
         self.model = model
         self.context = context
@@ -129,6 +132,11 @@ class ModelWorker:
         self.drafted_tokens = 0
         self.accepted_draft_tokens = 0
         self.decode_cost = DecodeCost()
+        self.prefill_step_budget = prefill_step_budget
+        """A step with prompt tokens costs at most this many plain decode steps while guests generate (0: off)."""
+        self.paused_streams = prefill_budget.PausedStreams()
+        self.capped_prompt_steps = 0
+        """Steps whose prompt tokens the step budget cut short."""
         self._copy_sources: set[int] = set()  # sequence ids llama.cpp copies from at the next decode
         self._copy_targets: set[int] = set()  # ... and into
         self._pending_copies: list[tuple[int, int, int]] = []  # (source, target, first position dropped)
@@ -207,11 +215,12 @@ class ModelWorker:
                 if self._closing and not (self._incoming or self._active or self._waiting):
                     self._do_releases()
                     return
-                self._waiting.extend(self._incoming)
-                self._incoming.clear()
+                self._take_incoming()
                 self._do_releases()
             try:
                 self._admit()
+                if self._active and self._hold_for_streams():
+                    self._admit()  # the streams that came back
                 if self._active:
                     self._step()
                 elif self._waiting:
@@ -222,6 +231,38 @@ class ModelWorker:
                 for job in self._active + self._waiting:
                     self._finish(job, StopReason.INTERNAL_ERROR)
                 self._waiting.clear()
+
+    def _take_incoming(self) -> None:
+        """Move submitted jobs to the waiting list (holding ``_cv``)."""
+        now = time.perf_counter()
+        for job in self._incoming:
+            self.paused_streams.arrived(job.state, now)
+        self._waiting.extend(self._incoming)
+        self._incoming.clear()
+
+    def _hold_for_streams(self) -> bool:
+        """Before a step with prompt tokens, wait a moment for streams between two steps to ask for their
+        next token (:meth:`.prefill_budget.PausedStreams.hold_s`), so they are not left out of it.  True
+        if it waited."""
+        if self.prefill_step_budget <= 0 or not any(job.pending > 1 for job in self._active):
+            return False
+        hold = self.paused_streams.hold_s()
+        deadline = time.perf_counter() + hold
+        waited = False
+        with self._cv:
+            while not self._closing:
+                here = {job.state for job in (*self._active, *self._waiting, *self._incoming)}
+                now = time.perf_counter()
+                missing = self.paused_streams.awaited(now, here)
+                if not missing:
+                    break
+                if now >= deadline:
+                    self.paused_streams.late(missing)
+                    break
+                self._cv.wait(deadline - now)
+                waited = True
+            self._take_incoming()
+        return waited
 
     def _do_releases(self) -> None:
         for state in self._releases:
@@ -408,19 +449,51 @@ class ModelWorker:
 
     def _plan_batch(self) -> list[tuple[Job, int]]:
         """(job, tokens to take) within the batch capacity: generating jobs first, then prompt chunks;
-        in sequence-id order, so llama.cpp can run them in one pass."""
-        budget = self._batch.capacity
-        planned: list[tuple[Job, int]] = []
-        for job in sorted(self._active, key=lambda j: j.pending):
-            pending = job.pending
-            if pending <= 0 or budget <= 0:
-                continue
-            take = min(pending, budget)
-            budget -= take
-            planned.append((job, take))
-        speculation.plan_drafts(planned, budget, self.n_ctx_seq, self.decode_cost)
-        planned.sort(key=lambda item: item[0].slot.seq_id if item[0].slot else 0)
+        in sequence-id order, so llama.cpp can run them in one pass.  While guests generate, the prompt
+        chunks are limited by the step budget (:mod:`.prefill_budget`): drafts are planned first, then
+        prompts, highest priority and earliest first, within the limit."""
+        jobs = sorted((j for j in self._active if j.pending > 0), key=lambda j: j.pending)
+        capacity = self._batch.capacity
+        planned = [(job, 1) for job in jobs if job.pending == 1][:capacity]
+        prompts = [job for job in jobs if job.pending > 1]
+        paused = 0
+        if prompts and self.prefill_step_budget > 0:
+            paused = self.paused_streams.count(time.perf_counter(), {job.state for job in jobs})
+        if prompts and self.prefill_step_budget > 0 and (planned or paused):
+            self._plan_with_limit(planned, prompts, paused)
+        else:
+            pending = [(self._seq(job), job.pending) for job in prompts]
+            takes = prefill_budget.prompt_takes([], pending, capacity - len(planned), self.decode_cost, None)
+            planned += [(job, take) for job, take in zip(prompts, takes) if take > 0]
+            left = capacity - sum(take for _, take in planned)
+            speculation.plan_drafts(planned, left, self.n_ctx_seq, self.decode_cost)
+        planned.sort(key=lambda item: self._seq(item[0]))
         return planned
+
+    def _plan_with_limit(self, planned: list[tuple[Job, int]], prompts: list[Job], paused: int) -> None:
+        """Add the drafts of the generating jobs to ``planned``, then the prompt chunks that keep the
+        step within the budget, highest priority and earliest request first."""
+        speculation.plan_drafts(planned, self._batch.capacity - len(planned), self.n_ctx_seq, self.decode_cost)
+        base = sorted((self._seq(job), take + len(job.draft)) for job, take in planned)
+        cost = self.budget_cost
+        limit = prefill_budget.step_limit(base, paused, cost, self.prefill_step_budget)
+        prompts.sort(key=lambda j: (-j.request.priority, j.order))
+        capacity = self._batch.capacity - sum(n for _, n in base)
+        pending = [(self._seq(job), job.pending) for job in prompts]
+        takes = prefill_budget.prompt_takes(base, pending, capacity, cost, limit)
+        planned += [(job, take) for job, take in zip(prompts, takes) if take > 0]
+        if sum(takes) < min(sum(n for _, n in pending), capacity):
+            self.capped_prompt_steps += 1
+
+    @property
+    def budget_cost(self) -> DecodeCost:
+        """The cost model the step budget uses: the fitted one once the worker made
+        :data:`~.prefill_budget.MIN_FIT_DECODES` decodes, the prior before."""
+        return self.decode_cost if self.decode_calls >= prefill_budget.MIN_FIT_DECODES else DecodeCost()
+
+    @staticmethod
+    def _seq(job: Job) -> int:
+        return job.slot.seq_id if job.slot is not None else 0
 
     def _fill_batch(self, planned: list[tuple[Job, int]]) -> list[Job]:
         batch = self._batch
@@ -569,6 +642,8 @@ class ModelWorker:
             job.slot.busy = False
             job.slot.last_used = now
             job.state.mid_stream = job.request.streaming and reason is StopReason.TOKEN
+            if job.request.streaming:
+                self.paused_streams.stepped(job.state, now, job.state.mid_stream)
             self._went_idle(job.state)
         if job in self._active:
             self._active.remove(job)
