@@ -86,3 +86,29 @@ def test_paused_streams_count_within_the_window_until_they_end() -> None:
     assert paused.count(10.4, running={a}) == 1  # its next step is in the worker: counted as generating there
     assert paused.count(10.6, running=()) == 1  # a paused longer than the window: no longer generating
     assert paused.count(11.0, running=()) == 0
+
+
+def test_a_stream_that_lost_its_sequence_is_a_prompt_again() -> None:
+    paused = PausedStreams()
+    a, b = object(), object()
+    paused.stepped(a, 10.0, goes_on=True)
+    paused.stepped(b, 10.0, goes_on=True)
+    paused.lost_sequence(a)  # its next step re-decodes its tokens
+    assert paused.count(10.1, running=()) == 1
+
+
+def test_steps_wait_for_paused_streams_about_their_round_trip_and_not_for_late_ones() -> None:
+    paused = PausedStreams()
+    a, b = object(), object()
+    assert paused.hold_s() == 0.0  # no round trip seen yet
+    for t in (1.0, 2.0, 3.0):
+        paused.stepped(a, t, goes_on=True)
+        paused.arrived(a, t + 0.002)
+    assert paused.hold_s() == pytest.approx(0.004)
+    paused.stepped(a, 4.0, goes_on=True)
+    paused.stepped(b, 4.0, goes_on=True)
+    assert paused.awaited(4.001, here=(b,)) == [a]
+    paused.late([a])  # it did not come back within a wait
+    assert paused.awaited(4.002, here=()) == [b] and paused.count(4.002, running=()) == 2
+    paused.stepped(a, 5.0, goes_on=True)  # its next token: waited for again
+    assert a in paused.awaited(5.001, here=())

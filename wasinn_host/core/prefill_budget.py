@@ -11,11 +11,11 @@ the whole batch.
 
 "Generating" means a job with one token to decode (its next token), and also a stream between two of
 its steps: a ``compute_single`` stream is one request per token, so for a moment after each token its
-guest has no request in the worker; :class:`PausedStreams` remembers such streams for
-:data:`STREAM_PAUSE_S` so that a long prompt does not take the whole batch in that moment.  And a step
-with prompt tokens waits for paused streams to come back (at most twice their usual round trip, at most
-:data:`MAX_HOLD_S`): without the wait the worker would run a step of prompt tokens alone while their
-guests ask for the next token, and each of them would wait for two steps instead of one.
+guest has no request in the worker; :class:`PausedStreams` remembers such streams (while they keep their
+sequence) for :data:`STREAM_PAUSE_S` so that a long prompt does not take the whole batch in that moment.
+And a step with prompt tokens waits for paused streams to come back (at most twice their usual round
+trip, at most :data:`MAX_HOLD_S`): without the wait the worker would run a step of prompt tokens alone
+while their guests ask for the next token, and each of them would wait for two steps instead of one.
 
 Under the limit, prompt chunks go to the highest ``priority`` first, then to the earliest request (the
 queue's order); the first of them always gets at least :data:`MIN_PROMPT_TOKENS`, so no prompt waits
@@ -60,6 +60,11 @@ class PausedStreams:
             self._last[state] = now
         else:
             self._last.pop(state, None)
+
+    def lost_sequence(self, state: object) -> None:
+        """The stream's sequence went to another context: its next step decodes its tokens again (a
+        prompt, not a token of a generating guest), so it no longer counts as generating."""
+        self.stepped(state, 0.0, goes_on=False)
 
     def arrived(self, state: object, now: float) -> None:
         """A request of ``state`` reached the worker at ``now`` (its stream's next step, if it is paused)."""

@@ -158,7 +158,8 @@ class ModelWorker:
             if self._closing:
                 self._finish(job, StopReason.MODEL_CLOSED)
                 return job.result
-            if len(self._incoming) + len(self._waiting) >= request.max_queue:
+            under_way = request.streaming and state.mid_stream  # the next step of an admitted stream
+            if len(self._incoming) + len(self._waiting) >= request.max_queue and not under_way:
                 self.rejected += 1
                 self._finish(
                     job,
@@ -377,6 +378,7 @@ class ModelWorker:
         self._idle.pop(job.state, None)
         if slot.owner is not None and slot.owner is not job.state:
             slot.owner.slot = None
+            self.paused_streams.lost_sequence(slot.owner)
         slot.owner = job.state
         slot.busy = True
         job.state.slot = slot
@@ -668,6 +670,7 @@ class ModelWorker:
                 if old.slot.owner is old:
                     old.slot.owner = None
                 old.slot = None
+                self.paused_streams.lost_sequence(old)
             if old.sampler is not None and not old.mid_stream:
                 old.sampler.close()
                 old.sampler = None
