@@ -80,6 +80,11 @@ class PausedStreams:
             self._late.discard(state)
         return sum(1 for state in self._last if state not in running)
 
+    def is_paused(self, state: object, now: float) -> bool:
+        """``state`` is a stream between two steps (its last step within the window)."""
+        last = self._last.get(state)
+        return last is not None and now - last <= self.window_s
+
     def awaited(self, now: float, here: Collection[object]) -> list[object]:
         """Paused streams worth waiting for: without a request ``here``, and not late (see :meth:`late`)."""
         self.count(now, here)

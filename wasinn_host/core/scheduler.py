@@ -137,6 +137,8 @@ class ModelWorker:
         self.paused_streams = prefill_budget.PausedStreams()
         self.capped_prompt_steps = 0
         """Steps whose prompt tokens the step budget cut short."""
+        self.steps = 0
+        """Steps made (and waits with nothing to decode): the clock of a slot held for a stream."""
         self._copy_sources: set[int] = set()  # sequence ids llama.cpp copies from at the next decode
         self._copy_targets: set[int] = set()  # ... and into
         self._pending_copies: list[tuple[int, int, int]] = []  # (source, target, first position dropped)
@@ -225,8 +227,9 @@ class ModelWorker:
                 if self._active:
                     self._step()
                 elif self._waiting:
-                    with self._cv:  # every slot busy: wait for a job to finish
+                    with self._cv:  # every slot busy (or held for a stream): wait for a job to finish
                         self._cv.wait(0.01)
+                    self.steps += 1  # a stream not back by now gives up its hold on its slot
             except Exception as exc:  # a bug must not hang callers
                 log.exception("model %s: worker error: %s", self.name, exc)
                 for job in self._active + self._waiting:
@@ -284,6 +287,8 @@ class ModelWorker:
         still_waiting: list[Job] = []
         now = time.perf_counter()
         for job in sorted(self._waiting, key=lambda j: (-j.request.priority, j.order)):
+            if job.first_step < 0:
+                job.first_step = self.steps
             timeout_ms = job.request.queue_timeout_ms
             if job.state.cancelled or job.state.closed:
                 self._finish(job, StopReason.CANCELLED if job.state.cancelled else StopReason.FINALISED)
@@ -304,7 +309,7 @@ class ModelWorker:
                 self._start(job, slot)
         self._waiting = still_waiting
         self.sequences_high_water = max(self.sequences_high_water, self.busy_sequences)
-        if self._waiting and self._grow is not None and not self._has_free_slot():
+        if self._waiting and self._grow is not None and all(s.busy or self._held_for_stream(s) for s in self.slots):
             self._add_sequences(self.busy_sequences + len(self._waiting))
 
     def _add_sequences(self, wanted: int) -> None:
@@ -360,6 +365,8 @@ class ModelWorker:
         if own is not None and own.owner is job.state and not own.busy:
             return own
         free = [s for s in self.slots if not s.busy]
+        if job.first_step >= self.steps:  # arrived since the last step: a stream's sequence is not for it yet
+            free = [s for s in free if not self._held_for_stream(s)]
         if not free:
             return None
         unowned = [s for s in free if s.owner is None] or free
@@ -370,6 +377,15 @@ class ModelWorker:
             return (shared if shared > 1 else 0, -slot.last_used if slot.owner is not None else 0.0, -slot.seq_id)
 
         return max(unowned, key=score)
+
+    def _held_for_stream(self, slot: Slot) -> bool:
+        """The slot's owner is a stream between two steps: its guest is about to ask for its next token.
+
+        A request that arrived since the last step leaves such a slot alone (it waits a step), so that
+        with more streams than sequences each step moves one stream, not every one: a stream whose slot
+        was taken would take the next stream's, and each would decode all its tokens again."""
+        owner = slot.owner
+        return owner is not None and owner.mid_stream and self.paused_streams.is_paused(owner, time.perf_counter())
 
     def _start(self, job: Job, slot: Slot) -> None:
         if not job.tokens:
@@ -428,6 +444,7 @@ class ModelWorker:
     # 2-4. one step: plan, decode, sample -------------------------------------------
 
     def _step(self) -> None:
+        self.steps += 1
         for job in [j for j in self._active if j.state.cancelled]:
             self._finish(job, StopReason.CANCELLED)
         planned = self._plan_batch()
@@ -456,8 +473,13 @@ class ModelWorker:
         prompts, highest priority and earliest first, within the limit."""
         jobs = sorted((j for j in self._active if j.pending > 0), key=lambda j: j.pending)
         capacity = self._batch.capacity
-        planned = [(job, 1) for job in jobs if job.pending == 1][:capacity]
-        prompts = [job for job in jobs if job.pending > 1]
+        planned: list[tuple[Job, int]] = []
+        prompts: list[Job] = []
+        for job in jobs:
+            if job.pending > 1 and not self._stream_goes_on(job):
+                prompts.append(job)
+            elif (take := min(job.pending, capacity - sum(n for _, n in planned))) > 0:
+                planned.append((job, take))
         paused = 0
         if prompts and self.prefill_step_budget > 0:
             paused = self.paused_streams.count(time.perf_counter(), {job.state for job in jobs})
@@ -465,7 +487,8 @@ class ModelWorker:
             self._plan_with_limit(planned, prompts, paused)
         else:
             pending = [(self._seq(job), job.pending) for job in prompts]
-            takes = prefill_budget.prompt_takes([], pending, capacity - len(planned), self.decode_cost, None)
+            left = capacity - sum(take for _, take in planned)
+            takes = prefill_budget.prompt_takes([], pending, left, self.decode_cost, None)
             planned += [(job, take) for job, take in zip(prompts, takes) if take > 0]
             left = capacity - sum(take for _, take in planned)
             speculation.plan_drafts(planned, left, self.n_ctx_seq, self.decode_cost)
@@ -475,10 +498,12 @@ class ModelWorker:
     def _plan_with_limit(self, planned: list[tuple[Job, int]], prompts: list[Job], paused: int) -> None:
         """Add the drafts of the generating jobs to ``planned``, then the prompt chunks that keep the
         step within the budget, highest priority and earliest request first."""
-        speculation.plan_drafts(planned, self._batch.capacity - len(planned), self.n_ctx_seq, self.decode_cost)
+        left = self._batch.capacity - sum(take for _, take in planned)
+        speculation.plan_drafts(planned, left, self.n_ctx_seq, self.decode_cost)
         base = sorted((self._seq(job), take + len(job.draft)) for job, take in planned)
+        plain = sorted((self._seq(job), 1 + len(job.draft)) for job, _ in planned)  # a stream re-decoding: 1
         cost = self.budget_cost
-        limit = prefill_budget.step_limit(base, paused, cost, self.prefill_step_budget)
+        limit = prefill_budget.step_limit(plain, paused, cost, self.prefill_step_budget)
         prompts.sort(key=lambda j: (-j.request.priority, j.order))
         capacity = self._batch.capacity - sum(n for _, n in base)
         pending = [(self._seq(job), job.pending) for job in prompts]
@@ -486,6 +511,12 @@ class ModelWorker:
         planned += [(job, take) for job, take in zip(prompts, takes) if take > 0]
         if sum(takes) < min(sum(n for _, n in pending), capacity):
             self.capped_prompt_steps += 1
+
+    @staticmethod
+    def _stream_goes_on(job: Job) -> bool:
+        """A ``compute_single`` step after the stream's first: its guest is generating, even when its
+        sequence went to another context and its tokens are decoded again (not cut by the step budget)."""
+        return job.request.streaming and not job.request.reset_sampler
 
     @property
     def budget_cost(self) -> DecodeCost:
