@@ -17,7 +17,10 @@ And a step with prompt tokens waits for paused streams to come back (at most twi
 trip, at most :data:`MAX_HOLD_S`): without the wait the worker would run a step of prompt tokens alone
 while their guests ask for the next token, and each of them would wait for two steps instead of one.
 
-Under the limit, prompt chunks go to the highest ``priority`` first, then to the earliest request (the
+When more guests wait for their prompts than generate (eight guests sharing a system prompt: one
+generating, seven decoding their own questions after copying the shared part), the limit grows in
+proportion, so the waiting are not held back for the few generating.  Under the limit, prompt chunks
+go to the highest ``priority`` first, then to the earliest request (the
 queue's order); the first of them always gets at least :data:`MIN_PROMPT_TOKENS`, so no prompt waits
 forever whatever the budget.
 """
@@ -101,14 +104,19 @@ class PausedStreams:
         return min(2.0 * self.roundtrip_s, MAX_HOLD_S)
 
 
-def step_limit(generating: Sequence[tuple[int, int]], paused: int, cost: DecodeCost, multiple: float) -> float | None:
+def step_limit(
+    generating: Sequence[tuple[int, int]], paused: int, cost: DecodeCost, multiple: float, prompts: int = 0
+) -> float | None:
     """The most a step may cost (in the units of ``cost``) when ``generating`` ``(sequence id, tokens)``
-    (in id order) decode in it and ``paused`` more streams are between steps; None: no limit (it is off,
-    or nobody generates)."""
+    (in id order) decode in it, ``paused`` more streams are between steps and ``prompts`` guests wait
+    for their prompts: ``multiple`` plain steps of the generating guests, times ``prompts / guests``
+    when more guests wait for their prompts than generate (the generating are never favoured over more
+    guests waiting for a first token).  None: no limit (it is off, or nobody generates)."""
     n_tokens = sum(n for _, n in generating) + paused
+    guests = len(generating) + paused
     if multiple <= 0 or n_tokens == 0:
         return None
-    return multiple * cost.seconds(n_tokens, max(1, passes(generating)))
+    return multiple * max(1.0, prompts / guests) * cost.seconds(n_tokens, max(1, passes(generating)))
 
 
 def _seconds(counts: list[tuple[int, int]], cost: DecodeCost) -> float:

@@ -503,7 +503,7 @@ class ModelWorker:
         base = sorted((self._seq(job), take + len(job.draft)) for job, take in planned)
         plain = sorted((self._seq(job), 1 + len(job.draft)) for job, _ in planned)  # a stream re-decoding: 1
         cost = self.budget_cost
-        limit = prefill_budget.step_limit(plain, paused, cost, self.prefill_step_budget)
+        limit = prefill_budget.step_limit(plain, paused, cost, self.prefill_step_budget, len(prompts))
         prompts.sort(key=lambda j: (-j.request.priority, j.order))
         capacity = self._batch.capacity - sum(n for _, n in base)
         pending = [(self._seq(job), job.pending) for job in prompts]
