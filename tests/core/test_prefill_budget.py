@@ -44,11 +44,11 @@ def test_the_limit_is_a_multiple_of_the_plain_step_including_paused_streams() ->
     assert step_limit([(0, 1), (3, 1)], 0, CPU, 2.0) == pytest.approx(2 * (2 * 0.004 + 2 * 0.001))
 
 
-def test_more_guests_waiting_for_prompts_than_generating_widen_the_limit() -> None:
-    one = step_limit([(0, 1)], 0, CPU, 3.0)
-    assert step_limit([(0, 1)], 0, CPU, 3.0, prompts=1) == one
-    assert step_limit([(0, 1)], 0, CPU, 3.0, prompts=7) == pytest.approx(7 * one)  # type: ignore[operator]
-    assert step_limit(SEVEN, 0, CPU, 3.0, prompts=1) == step_limit(SEVEN, 0, CPU, 3.0)
+def test_no_limit_when_more_guests_wait_for_their_prompts_than_generate() -> None:
+    assert step_limit([(0, 1)], 0, CPU, 3.0, prompts=1) == step_limit([(0, 1)], 0, CPU, 3.0)
+    assert step_limit([(0, 1)], 0, CPU, 3.0, prompts=2) is None  # a leader and followers of a shared prefix
+    assert step_limit([(0, 1)], 1, CPU, 3.0, prompts=2) is not None  # a paused stream counts as generating
+    assert step_limit(SEVEN, 0, CPU, 3.0, prompts=7) is not None
 
 
 def test_a_prompt_beside_generating_sequences_takes_what_the_limit_allows() -> None:

@@ -174,9 +174,10 @@ def test_under_the_cap_the_higher_priority_prompt_goes_first(fake_model: pathlib
     recorder = Recorder(worker)
     done: list[str] = []
     texts: list[str] = []
-    stream = threading.Thread(target=recorder.stream(0, 60, texts))
-    stream.start()
-    while not recorder.generating:
+    streams = [threading.Thread(target=recorder.stream(i, 60, texts)) for i in range(2)]  # as many as prompts
+    for stream in streams:
+        stream.start()
+    while len(recorder.generating) < 2:
         time.sleep(0.001)
 
     def prompt(name: str, priority: int, text: str) -> None:
@@ -189,7 +190,7 @@ def test_under_the_cap_the_higher_priority_prompt_goes_first(fake_model: pathlib
         time.sleep(0.001)  # the low-priority prompt is under way
     high = threading.Thread(target=prompt, args=("high", 5, LONG[1:201]))  # no prefix to share with low
     high.start()
-    for thread in (low, high, stream):
+    for thread in (low, high, *streams):
         thread.join()
     worker.close()
     assert done == ["high", "low"]

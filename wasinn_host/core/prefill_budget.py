@@ -18,8 +18,8 @@ trip, at most :data:`MAX_HOLD_S`): without the wait the worker would run a step 
 while their guests ask for the next token, and each of them would wait for two steps instead of one.
 
 When more guests wait for their prompts than generate (eight guests sharing a system prompt: one
-generating, seven decoding their own questions after copying the shared part), the limit grows in
-proportion, so the waiting are not held back for the few generating.  Under the limit, prompt chunks
+generating, seven decoding their own questions after copying the shared part), there is no limit: the
+many waiting for a first token are not held back for the few generating.  Under the limit, prompt chunks
 go to the highest ``priority`` first, then to the earliest request (the
 queue's order); the first of them always gets at least :data:`MIN_PROMPT_TOKENS`, so no prompt waits
 forever whatever the budget.
@@ -109,14 +109,13 @@ def step_limit(
 ) -> float | None:
     """The most a step may cost (in the units of ``cost``) when ``generating`` ``(sequence id, tokens)``
     (in id order) decode in it, ``paused`` more streams are between steps and ``prompts`` guests wait
-    for their prompts: ``multiple`` plain steps of the generating guests, times ``prompts / guests``
-    when more guests wait for their prompts than generate (the generating are never favoured over more
-    guests waiting for a first token).  None: no limit (it is off, or nobody generates)."""
+    for their prompts: ``multiple`` plain steps of the generating guests.  None: no limit, when it is
+    off, nobody generates, or more guests wait for their prompts than generate (the few generating are
+    not favoured over the many waiting for a first token)."""
     n_tokens = sum(n for _, n in generating) + paused
-    guests = len(generating) + paused
-    if multiple <= 0 or n_tokens == 0:
+    if multiple <= 0 or n_tokens == 0 or prompts > len(generating) + paused:
         return None
-    return multiple * max(1.0, prompts / guests) * cost.seconds(n_tokens, max(1, passes(generating)))
+    return multiple * cost.seconds(n_tokens, max(1, passes(generating)))
 
 
 def _seconds(counts: list[tuple[int, int]], cost: DecodeCost) -> float:
