@@ -9,7 +9,9 @@ sampling parameters give the greedy output of the real successor model.  Everyth
 :func:`fake_backend` runs the ABI's handle, error, copying and streaming rules, and the
 engine's queueing, priorities and prefix reuse, without loading a model.
 
-``decode_delay`` makes each decode take that many seconds, to hold requests in flight.
+``decode_delay`` makes each decode take that many seconds, to hold requests in flight; ``token_delay``
+adds that many seconds per token of the batch (a decode then costs as on a CPU: a fixed part and a part
+per token, as the worker's cost model fits them).
 """
 
 from __future__ import annotations
@@ -152,7 +154,9 @@ class FakeSampler:
 class FakeContext:
     """Sequences of cells, checked as llama.cpp checks them (consecutive positions, capacity)."""
 
-    def __init__(self, model: FakeModel, params: ModelParams, layout: KvLayout, decode_delay: float) -> None:
+    def __init__(
+        self, model: FakeModel, params: ModelParams, layout: KvLayout, decode_delay: float, token_delay: float = 0.0
+    ) -> None:
         self.model = model
         self.n_seq = layout.n_seq
         self.n_ctx_seq = layout.n_ctx_seq
@@ -163,6 +167,7 @@ class FakeContext:
         self._cells: list[list[int]] = [[] for _ in range(self.n_seq)]
         self._last: list[tuple[int, int, int, bool]] = []
         self._delay = decode_delay
+        self._token_delay = token_delay
 
     def new_batch(self) -> FakeBatch:
         """A batch of ``n_batch`` tokens."""
@@ -175,8 +180,8 @@ class FakeContext:
 
     def decode(self, batch: FakeBatch) -> int:
         """Store each token at its position; refuse a gap (llama.cpp's rule) with 1."""
-        if self._delay:
-            time.sleep(self._delay)
+        if self._delay or self._token_delay:
+            time.sleep(self._delay + self._token_delay * len(batch.tokens))
         for token, pos, seq_id, _logits in batch.tokens:
             cells = self._cells[seq_id]
             if pos != len(cells) or len(cells) >= self.n_ctx_seq:
@@ -248,9 +253,10 @@ class FakeRuntime:
     build_number = 0
     commit = "fake"
 
-    def __init__(self, n_ctx_train: int = 512, decode_delay: float = 0.0) -> None:
+    def __init__(self, n_ctx_train: int = 512, decode_delay: float = 0.0, token_delay: float = 0.0) -> None:
         self.n_ctx_train = n_ctx_train
         self.decode_delay = decode_delay
+        self.token_delay = token_delay
         self.loads = 0
         self._lock = threading.Lock()
 
@@ -266,7 +272,7 @@ class FakeRuntime:
 
     def new_context(self, model: FakeModel, params: ModelParams, layout: KvLayout) -> FakeContext:
         """A context laid out as ``layout`` says."""
-        return FakeContext(model, params, layout, self.decode_delay)
+        return FakeContext(model, params, layout, self.decode_delay, self.token_delay)
 
     def kv_cache_bytes(self, model: FakeModel, n_ctx: int, params: ModelParams) -> int:
         """A fixed size per cell, whatever the cache types."""

@@ -91,6 +91,14 @@ _KEYS: tuple[KeySpec, ...] = (
         _one_of("on", "enabled", "off", "disabled", "auto"),
         "on, enabled, off, disabled or auto",
     ),
+    KeySpec(
+        "prefill-step-budget",
+        float,
+        "model",
+        "prefill_step_budget",
+        lambda v: v == 0 or 1.0 <= v <= 1000.0,
+        "0 (off) or 1 to 1000 (times a decode step)",
+    ),
     KeySpec("mmproj", str, "model", "mmproj"),
     KeySpec("reranking", bool, "model", "reranking"),
     KeySpec(

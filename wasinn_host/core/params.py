@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .prefill_budget import DEFAULT_STEP_BUDGET
 from .preload import Target
 
 DEFAULT_SEED = 0xFFFF_FFFF
@@ -44,6 +45,9 @@ class ModelParams:
     """KV cache type of K (``type-k``: llama.cpp's ``--cache-type-k`` names, see ``kv_types.py``)."""
     type_v: str = "f16"
     """KV cache type of V (``type-v``); a quantized one needs flash attention."""
+    prefill_step_budget: float = DEFAULT_STEP_BUDGET
+    """While guests generate, a step with prompt tokens costs at most this many plain decode steps
+    (chunked prefill, see ``prefill_budget.py``); 0 = off (prompts take the whole batch)."""
     mmproj: str = ""
     """The multimodal projector of the model's name ("" = text only): the one the host configured, or
     a file the guest named inside its preopened directories (see ``registry.py``), never another host file."""

@@ -139,7 +139,14 @@ def _open_model(
         bigger = grown_layout(params, KvLayout(n_ctx_seq, worker.context.n_seq), wanted, cell_bytes, make_room)
         return functools.partial(runtime.new_context, weights, params, bigger) if bigger is not None else None
 
-    worker = ModelWorker(weights, context, label, grow=None if params.n_parallel else grow, prompt_cache=cache)
+    worker = ModelWorker(
+        weights,
+        context,
+        label,
+        grow=None if params.n_parallel else grow,
+        prompt_cache=cache,
+        prefill_step_budget=params.prefill_step_budget,
+    )
     log.info(
         "loaded model %s from %s in %.0f ms (%s; %d sequences x %d tokens%s; %d threads)",
         label,

@@ -12,7 +12,9 @@ The worker owns the inference context.  Other threads never touch it: they submi
    waits for it (see :meth:`ModelWorker._follows`);
 2. **plans** one batch: one token for every generating job, then prompt chunks, at most
    ``n_batch`` tokens, in sequence-id order; a job with speculation on adds draft tokens
-   (:mod:`.ngram_drafts`, as many as :mod:`.draft_budget` finds worth their cost);
+   (:mod:`.ngram_drafts`, as many as :mod:`.draft_budget` finds worth their cost); while guests are
+   generating, prompt chunks are cut to what keeps the step within ``prefill-step-budget`` times
+   their plain decode step (:mod:`.prefill_budget`);
 3. **decodes** it;
 4. **samples** every job whose tokens are all decoded, and **applies its stop rules**; a
    draft is **verified** on the way: the job samples at each draft position in turn, as
@@ -33,7 +35,7 @@ import threading
 import time
 from typing import Callable
 
-from . import prefix_reuse, prompt_cache_use, speculation, stop_rules
+from . import prefill_budget, prefix_reuse, prompt_cache_use, speculation, stop_rules
 from .draft_budget import DecodeCost, passes
 from .errors import ErrorKind, WasiNNError
 from .generation import GenerationRequest, GenerationResult, StopReason
@@ -92,6 +94,7 @@ class ModelWorker:
         name: str,
         grow: Grow | None = None,
         prompt_cache: ModelPromptCache | None = None,
+        prefill_step_budget: float = prefill_budget.DEFAULT_STEP_BUDGET,
     ) -> None:
         self.model = model
         self.context = context
@@ -129,6 +132,13 @@ class ModelWorker:
         self.drafted_tokens = 0
         self.accepted_draft_tokens = 0
         self.decode_cost = DecodeCost()
+        self.prefill_step_budget = prefill_step_budget
+        """A step with prompt tokens costs at most this many plain decode steps while guests generate (0: off)."""
+        self.paused_streams = prefill_budget.PausedStreams()
+        self.capped_prompt_steps = 0
+        """Steps whose prompt tokens the step budget cut short."""
+        self.steps = 0
+        """Steps made (and waits with nothing to decode): the clock of a slot held for a stream."""
         self._copy_sources: set[int] = set()  # sequence ids llama.cpp copies from at the next decode
         self._copy_targets: set[int] = set()  # ... and into
         self._pending_copies: list[tuple[int, int, int]] = []  # (source, target, first position dropped)
@@ -150,7 +160,8 @@ class ModelWorker:
             if self._closing:
                 self._finish(job, StopReason.MODEL_CLOSED)
                 return job.result
-            if len(self._incoming) + len(self._waiting) >= request.max_queue:
+            under_way = request.streaming and state.mid_stream  # the next step of an admitted stream
+            if len(self._incoming) + len(self._waiting) >= request.max_queue and not under_way:
                 self.rejected += 1
                 self._finish(
                     job,
@@ -207,21 +218,55 @@ class ModelWorker:
                 if self._closing and not (self._incoming or self._active or self._waiting):
                     self._do_releases()
                     return
-                self._waiting.extend(self._incoming)
-                self._incoming.clear()
+                self._take_incoming()
                 self._do_releases()
             try:
                 self._admit()
+                if self._active and self._hold_for_streams():
+                    self._admit()  # the streams that came back
                 if self._active:
                     self._step()
                 elif self._waiting:
-                    with self._cv:  # every slot busy: wait for a job to finish
+                    with self._cv:  # every slot busy (or held for a stream): wait for a job to finish
                         self._cv.wait(0.01)
+                    self.steps += 1  # a stream not back by now gives up its hold on its slot
             except Exception as exc:  # a bug must not hang callers
                 log.exception("model %s: worker error: %s", self.name, exc)
                 for job in self._active + self._waiting:
                     self._finish(job, StopReason.INTERNAL_ERROR)
                 self._waiting.clear()
+
+    def _take_incoming(self) -> None:
+        """Move submitted jobs to the waiting list (holding ``_cv``)."""
+        now = time.perf_counter()
+        for job in self._incoming:
+            self.paused_streams.arrived(job.state, now)
+        self._waiting.extend(self._incoming)
+        self._incoming.clear()
+
+    def _hold_for_streams(self) -> bool:
+        """Before a step with prompt tokens, wait a moment for streams between two steps to ask for their
+        next token (:meth:`.prefill_budget.PausedStreams.hold_s`), so they are not left out of it.  True
+        if it waited."""
+        if self.prefill_step_budget <= 0 or not any(job.pending > 1 for job in self._active):
+            return False
+        hold = self.paused_streams.hold_s()
+        deadline = time.perf_counter() + hold
+        waited = False
+        with self._cv:
+            while not self._closing:
+                here = {job.state for job in (*self._active, *self._waiting, *self._incoming)}
+                now = time.perf_counter()
+                missing = self.paused_streams.awaited(now, here)
+                if not missing:
+                    break
+                if now >= deadline:
+                    self.paused_streams.late(missing)
+                    break
+                self._cv.wait(deadline - now)
+                waited = True
+            self._take_incoming()
+        return waited
 
     def _do_releases(self) -> None:
         for state in self._releases:
@@ -242,6 +287,8 @@ class ModelWorker:
         still_waiting: list[Job] = []
         now = time.perf_counter()
         for job in sorted(self._waiting, key=lambda j: (-j.request.priority, j.order)):
+            if job.first_step < 0:
+                job.first_step = self.steps
             timeout_ms = job.request.queue_timeout_ms
             if job.state.cancelled or job.state.closed:
                 self._finish(job, StopReason.CANCELLED if job.state.cancelled else StopReason.FINALISED)
@@ -262,7 +309,7 @@ class ModelWorker:
                 self._start(job, slot)
         self._waiting = still_waiting
         self.sequences_high_water = max(self.sequences_high_water, self.busy_sequences)
-        if self._waiting and self._grow is not None and not self._has_free_slot():
+        if self._waiting and self._grow is not None and all(s.busy or self._held_for_stream(s) for s in self.slots):
             self._add_sequences(self.busy_sequences + len(self._waiting))
 
     def _add_sequences(self, wanted: int) -> None:
@@ -318,6 +365,8 @@ class ModelWorker:
         if own is not None and own.owner is job.state and not own.busy:
             return own
         free = [s for s in self.slots if not s.busy]
+        if job.first_step >= self.steps:  # arrived since the last step: a stream's sequence is not for it yet
+            free = [s for s in free if not self._held_for_stream(s)]
         if not free:
             return None
         unowned = [s for s in free if s.owner is None] or free
@@ -329,6 +378,15 @@ class ModelWorker:
 
         return max(unowned, key=score)
 
+    def _held_for_stream(self, slot: Slot) -> bool:
+        """The slot's owner is a stream between two steps: its guest is about to ask for its next token.
+
+        A request that arrived since the last step leaves such a slot alone (it waits a step), so that
+        with more streams than sequences each step moves one stream, not every one: a stream whose slot
+        was taken would take the next stream's, and each would decode all its tokens again."""
+        owner = slot.owner
+        return owner is not None and owner.mid_stream and self.paused_streams.is_paused(owner, time.perf_counter())
+
     def _start(self, job: Job, slot: Slot) -> None:
         if not job.tokens:
             self._finish(job, StopReason.EMPTY_PROMPT)
@@ -336,6 +394,7 @@ class ModelWorker:
         self._idle.pop(job.state, None)
         if slot.owner is not None and slot.owner is not job.state:
             slot.owner.slot = None
+            self.paused_streams.lost_sequence(slot.owner)
         slot.owner = job.state
         slot.busy = True
         job.state.slot = slot
@@ -385,6 +444,7 @@ class ModelWorker:
     # 2-4. one step: plan, decode, sample -------------------------------------------
 
     def _step(self) -> None:
+        self.steps += 1
         for job in [j for j in self._active if j.state.cancelled]:
             self._finish(job, StopReason.CANCELLED)
         planned = self._plan_batch()
@@ -408,19 +468,68 @@ class ModelWorker:
 
     def _plan_batch(self) -> list[tuple[Job, int]]:
         """(job, tokens to take) within the batch capacity: generating jobs first, then prompt chunks;
-        in sequence-id order, so llama.cpp can run them in one pass."""
-        budget = self._batch.capacity
+        in sequence-id order, so llama.cpp can run them in one pass.  While guests generate, the prompt
+        chunks are limited by the step budget (:mod:`.prefill_budget`): drafts are planned first, then
+        prompts, highest priority and earliest first, within the limit."""
+        jobs = sorted((j for j in self._active if j.pending > 0), key=lambda j: j.pending)
+        capacity = self._batch.capacity
         planned: list[tuple[Job, int]] = []
-        for job in sorted(self._active, key=lambda j: j.pending):
-            pending = job.pending
-            if pending <= 0 or budget <= 0 or (job.request.embed and pending > budget):
-                continue  # an embedding's sequence is pooled whole: decoded in one batch or not yet
-            take = min(pending, budget)
-            budget -= take
-            planned.append((job, take))
-        speculation.plan_drafts(planned, budget, self.n_ctx_seq, self.decode_cost)
-        planned.sort(key=lambda item: item[0].slot.seq_id if item[0].slot else 0)
+        prompts: list[Job] = []
+        for job in jobs:
+            if job.request.embed:  # an embedding's sequence is pooled whole: decoded in one batch or not yet
+                if job.pending <= capacity - sum(n for _, n in planned):
+                    planned.append((job, job.pending))
+            elif job.pending > 1 and not self._stream_goes_on(job):
+                prompts.append(job)
+            elif (take := min(job.pending, capacity - sum(n for _, n in planned))) > 0:
+                planned.append((job, take))
+        paused = 0
+        if prompts and self.prefill_step_budget > 0:
+            paused = self.paused_streams.count(time.perf_counter(), {job.state for job in jobs})
+        if prompts and self.prefill_step_budget > 0 and (planned or paused):
+            self._plan_with_limit(planned, prompts, paused)
+        else:
+            pending = [(self._seq(job), job.pending) for job in prompts]
+            left = capacity - sum(take for _, take in planned)
+            takes = prefill_budget.prompt_takes([], pending, left, self.decode_cost, None)
+            planned += [(job, take) for job, take in zip(prompts, takes) if take > 0]
+            left = capacity - sum(take for _, take in planned)
+            speculation.plan_drafts(planned, left, self.n_ctx_seq, self.decode_cost)
+        planned.sort(key=lambda item: self._seq(item[0]))
         return planned
+
+    def _plan_with_limit(self, planned: list[tuple[Job, int]], prompts: list[Job], paused: int) -> None:
+        """Add the drafts of the generating jobs to ``planned``, then the prompt chunks that keep the
+        step within the budget, highest priority and earliest request first."""
+        left = self._batch.capacity - sum(take for _, take in planned)
+        speculation.plan_drafts(planned, left, self.n_ctx_seq, self.decode_cost)
+        base = sorted((self._seq(job), take + len(job.draft)) for job, take in planned)
+        plain = sorted((self._seq(job), 1 + len(job.draft)) for job, _ in planned)  # a stream re-decoding: 1
+        cost = self.budget_cost
+        limit = prefill_budget.step_limit(plain, paused, cost, self.prefill_step_budget, len(prompts))
+        prompts.sort(key=lambda j: (-j.request.priority, j.order))
+        capacity = self._batch.capacity - sum(n for _, n in base)
+        pending = [(self._seq(job), job.pending) for job in prompts]
+        takes = prefill_budget.prompt_takes(base, pending, capacity, cost, limit)
+        planned += [(job, take) for job, take in zip(prompts, takes) if take > 0]
+        if sum(takes) < min(sum(n for _, n in pending), capacity):
+            self.capped_prompt_steps += 1
+
+    @staticmethod
+    def _stream_goes_on(job: Job) -> bool:
+        """A ``compute_single`` step after the stream's first: its guest is generating, even when its
+        sequence went to another context and its tokens are decoded again (not cut by the step budget)."""
+        return job.request.streaming and not job.request.reset_sampler
+
+    @property
+    def budget_cost(self) -> DecodeCost:
+        """The cost model the step budget uses: the fitted one once the worker made
+        :data:`~.prefill_budget.MIN_FIT_DECODES` decodes, the prior before."""
+        return self.decode_cost if self.decode_calls >= prefill_budget.MIN_FIT_DECODES else DecodeCost()
+
+    @staticmethod
+    def _seq(job: Job) -> int:
+        return job.slot.seq_id if job.slot is not None else 0
 
     def _fill_batch(self, planned: list[tuple[Job, int]]) -> list[Job]:
         batch = self._batch
@@ -570,6 +679,8 @@ class ModelWorker:
             job.slot.busy = False
             job.slot.last_used = now
             job.state.mid_stream = job.request.streaming and reason is StopReason.TOKEN
+            if job.request.streaming:
+                self.paused_streams.stepped(job.state, now, job.state.mid_stream)
             self._went_idle(job.state)
         if job in self._active:
             self._active.remove(job)
@@ -594,6 +705,7 @@ class ModelWorker:
                 if old.slot.owner is old:
                     old.slot.owner = None
                 old.slot = None
+                self.paused_streams.lost_sequence(old)
             if old.sampler is not None and not old.mid_stream:
                 old.sampler.close()
                 old.sampler = None

@@ -60,6 +60,8 @@ class Job:
     """The request's tokens, then each sampled token once it is to be decoded."""
     slot: Slot | None = None
     order: int = 0
+    first_step: int = -1
+    """The worker's step count when it first looked at the job (-1: not yet)."""
     logits_index: int = -1
     t_start: float = 0.0
     t_first: float = 0.0

@@ -1,0 +1,121 @@
+"""Chunked prefill's planning (core/prefill_budget.py): the step limit, prompt chunks within it, paused streams."""
+
+from __future__ import annotations
+
+import pytest
+
+from wasinn_host.core.draft_budget import DecodeCost, passes
+from wasinn_host.core.prefill_budget import MIN_PROMPT_TOKENS, PausedStreams, prompt_takes, step_limit
+
+pytestmark = pytest.mark.fast
+
+SEVEN = [(seq, 1) for seq in range(7)]
+"""Seven generating sequences, one token each."""
+
+
+def fitted(fixed: float, per_token: float) -> DecodeCost:
+    """A cost model fitted to decodes that cost exactly ``fixed * passes + per_token * n``."""
+    cost = DecodeCost()
+    for n, n_passes in ((1, 1), (8, 1), (16, 2), (40, 3), (4, 2)):
+        cost.record(n, n_passes, fixed * n_passes + per_token * n)
+    assert cost.fit() == pytest.approx((fixed, per_token))
+    return cost
+
+
+def step_cost(counts: list[tuple[int, int]], cost: DecodeCost) -> float:
+    ordered = sorted(counts)
+    return cost.seconds(sum(n for _, n in ordered), passes(ordered))
+
+
+CPU = fitted(0.004, 0.001)
+"""A pass over the weights costs four tokens' compute (a small model on a CPU)."""
+GPU = fitted(0.006, 0.00001)
+"""A token is nearly free beside the pass."""
+
+
+def test_no_limit_when_off_or_nobody_generates() -> None:
+    assert step_limit(SEVEN, 0, CPU, 0.0) is None
+    assert step_limit([], 0, CPU, 3.0) is None
+
+
+def test_the_limit_is_a_multiple_of_the_plain_step_including_paused_streams() -> None:
+    assert step_limit(SEVEN, 0, CPU, 3.0) == pytest.approx(3 * (0.004 + 7 * 0.001))
+    assert step_limit(SEVEN[:4], 3, CPU, 3.0) == pytest.approx(3 * (0.004 + 7 * 0.001))
+    assert step_limit([(0, 1), (3, 1)], 0, CPU, 2.0) == pytest.approx(2 * (2 * 0.004 + 2 * 0.001))
+
+
+def test_no_limit_when_more_guests_wait_for_their_prompts_than_generate() -> None:
+    assert step_limit([(0, 1)], 0, CPU, 3.0, prompts=1) == step_limit([(0, 1)], 0, CPU, 3.0)
+    assert step_limit([(0, 1)], 0, CPU, 3.0, prompts=2) is None  # a leader and followers of a shared prefix
+    assert step_limit([(0, 1)], 1, CPU, 3.0, prompts=2) is not None  # a paused stream counts as generating
+    assert step_limit(SEVEN, 0, CPU, 3.0, prompts=7) is not None
+
+
+def test_a_prompt_beside_generating_sequences_takes_what_the_limit_allows() -> None:
+    limit = step_limit(SEVEN, 0, CPU, 3.0)
+    assert limit is not None
+    (take,) = prompt_takes(SEVEN, [(7, 2300)], 505, CPU, limit)
+    # 7 + take tokens in two passes (the prompt's chunk after the first token is a pass of its own)
+    assert take == 18 and step_cost([*SEVEN, (7, take + 1)], CPU) > limit
+
+
+def test_a_gpu_like_cost_lets_the_whole_batch_through() -> None:
+    limit = step_limit(SEVEN, 0, GPU, 3.0)
+    assert prompt_takes(SEVEN, [(7, 2300)], 505, GPU, limit) == [505]
+
+
+def test_without_a_limit_prompts_take_the_batch_in_order() -> None:
+    assert prompt_takes([], [(0, 2300)], 512, CPU, None) == [512]
+    assert prompt_takes(SEVEN, [(7, 30), (8, 600)], 505, CPU, None) == [30, 475]
+
+
+def test_prompts_share_the_limit_in_the_order_given() -> None:
+    limit = step_limit(SEVEN, 0, CPU, 4.0)
+    first, second = prompt_takes(SEVEN, [(7, 10), (8, 300)], 505, CPU, limit)
+    assert first == 10 and second > 0
+    assert step_cost([*SEVEN, (7, first), (8, second)], CPU) <= limit * (1 + 1e-9)  # type: ignore[operator]
+    assert step_cost([*SEVEN, (7, first), (8, second + 1)], CPU) > limit  # type: ignore[operator]
+
+
+def test_the_first_prompt_always_progresses() -> None:
+    tight = step_limit(SEVEN, 0, CPU, 1.0)
+    assert prompt_takes(SEVEN, [(7, 300), (8, 300)], 505, CPU, tight) == [MIN_PROMPT_TOKENS, 0]
+
+
+def test_paused_streams_count_within_the_window_until_they_end() -> None:
+    paused = PausedStreams(window_s=0.5)
+    a, b, c = object(), object(), object()
+    paused.stepped(a, 10.0, goes_on=True)
+    paused.stepped(b, 10.2, goes_on=True)
+    paused.stepped(c, 10.2, goes_on=True)
+    paused.stepped(c, 10.3, goes_on=False)  # its stream ended
+    assert paused.count(10.4, running=()) == 2
+    assert paused.count(10.4, running={a}) == 1  # its next step is in the worker: counted as generating there
+    assert paused.count(10.6, running=()) == 1  # a paused longer than the window: no longer generating
+    assert paused.count(11.0, running=()) == 0
+
+
+def test_a_stream_that_lost_its_sequence_is_a_prompt_again() -> None:
+    paused = PausedStreams()
+    a, b = object(), object()
+    paused.stepped(a, 10.0, goes_on=True)
+    paused.stepped(b, 10.0, goes_on=True)
+    paused.lost_sequence(a)  # its next step re-decodes its tokens
+    assert paused.count(10.1, running=()) == 1
+
+
+def test_steps_wait_for_paused_streams_about_their_round_trip_and_not_for_late_ones() -> None:
+    paused = PausedStreams()
+    a, b = object(), object()
+    assert paused.hold_s() == 0.0  # no round trip seen yet
+    for t in (1.0, 2.0, 3.0):
+        paused.stepped(a, t, goes_on=True)
+        paused.arrived(a, t + 0.002)
+    assert paused.hold_s() == pytest.approx(0.004)
+    paused.stepped(a, 4.0, goes_on=True)
+    paused.stepped(b, 4.0, goes_on=True)
+    assert paused.awaited(4.001, here=(b,)) == [a]
+    paused.late([a])  # it did not come back within a wait
+    assert paused.awaited(4.002, here=()) == [b] and paused.count(4.002, running=()) == 2
+    paused.stepped(a, 5.0, goes_on=True)  # its next token: waited for again
+    assert a in paused.awaited(5.001, here=())

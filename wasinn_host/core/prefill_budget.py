@@ -1,0 +1,162 @@
+"""Chunked prefill: how many prompt tokens one step takes while other guests are generating.
+
+A step that carries hundreds of prompt tokens costs, on a CPU, as much as dozens of plain decode
+steps, and every generating guest waits for it.  So while guests generate, a step's prompt tokens are
+limited to what keeps the step within ``multiple`` times the cost of the same step without them (the
+``prefill-step-budget`` load-time key; 0 turns the limit off), by the worker's own cost model
+(:class:`~.draft_budget.DecodeCost`: ``fixed * passes + per_token * n``, fitted to its decodes).  On a
+GPU, where a token costs little beside a pass over the weights, the limit lets whole batches through;
+on a CPU it cuts a long prompt into chunks of a few dozen tokens.  When nobody generates, prompts take
+the whole batch.
+
+"Generating" means a job with one token to decode (its next token), and also a stream between two of
+its steps: a ``compute_single`` stream is one request per token, so for a moment after each token its
+guest has no request in the worker; :class:`PausedStreams` remembers such streams (while they keep their
+sequence) for :data:`STREAM_PAUSE_S` so that a long prompt does not take the whole batch in that moment.
+And a step with prompt tokens waits for paused streams to come back (at most twice their usual round
+trip, at most :data:`MAX_HOLD_S`): without the wait the worker would run a step of prompt tokens alone
+while their guests ask for the next token, and each of them would wait for two steps instead of one.
+
+When more guests wait for their prompts than generate (eight guests sharing a system prompt: one
+generating, seven decoding their own questions after copying the shared part), there is no limit: the
+many waiting for a first token are not held back for the few generating.  Under the limit, prompt chunks
+go to the highest ``priority`` first, then to the earliest request (the
+queue's order); the first of them always gets at least :data:`MIN_PROMPT_TOKENS`, so no prompt waits
+forever whatever the budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from .draft_budget import DecodeCost, passes
+
+DEFAULT_STEP_BUDGET = 3.0
+"""A step with prompt tokens costs at most this many times a decode step of the generating guests
+(so their gaps between tokens stay within about 3 times their usual gap)."""
+STREAM_PAUSE_S = 0.5
+"""A stream whose last step ended this recently (and did not end the stream) still counts as generating."""
+MIN_PROMPT_TOKENS = 1
+"""Prompt tokens the first prompt in line takes in every step, whatever the budget."""
+MIN_FIT_DECODES = 16
+"""Before its worker has made this many decodes, the budget takes a token to cost as much as a pass
+(the cost model's prior): a fit to a handful of decodes may say tokens are free."""
+MAX_HOLD_S = 0.01
+"""The longest a step with prompt tokens waits for paused streams to ask for their next token."""
+
+
+class PausedStreams:
+    """Streams between two steps: their context states, with when their last token was sampled, and how
+    long their guests take to ask for the next one."""
+
+    def __init__(self, window_s: float = STREAM_PAUSE_S) -> None:
+        self.window_s = window_s
+        self.roundtrip_s = 0.0
+        """A decayed average of the time from a stream's token to its next request."""
+        self._last: dict[object, float] = {}
+        self._late: set[object] = set()
+
+    def stepped(self, state: object, now: float, goes_on: bool) -> None:
+        """A stream's step ended at ``now``; ``goes_on``: the stream continues (its next step will come)."""
+        self._late.discard(state)
+        if goes_on:
+            self._last[state] = now
+        else:
+            self._last.pop(state, None)
+
+    def lost_sequence(self, state: object) -> None:
+        """The stream's sequence went to another context: its next step decodes its tokens again (a
+        prompt, not a token of a generating guest), so it no longer counts as generating."""
+        self.stepped(state, 0.0, goes_on=False)
+
+    def arrived(self, state: object, now: float) -> None:
+        """A request of ``state`` reached the worker at ``now`` (its stream's next step, if it is paused)."""
+        last = self._last.get(state)
+        if last is not None and now - last <= self.window_s:
+            sample = now - last
+            self.roundtrip_s = sample if not self.roundtrip_s else 0.8 * self.roundtrip_s + 0.2 * sample
+
+    def count(self, now: float, running: Collection[object]) -> int:
+        """Streams that stepped within the window and have no request ``running`` now (forgets older ones)."""
+        for state in [s for s, t in self._last.items() if now - t > self.window_s]:
+            del self._last[state]
+            self._late.discard(state)
+        return sum(1 for state in self._last if state not in running)
+
+    def is_paused(self, state: object, now: float) -> bool:
+        """``state`` is a stream between two steps (its last step within the window)."""
+        last = self._last.get(state)
+        return last is not None and now - last <= self.window_s
+
+    def awaited(self, now: float, here: Collection[object]) -> list[object]:
+        """Paused streams worth waiting for: without a request ``here``, and not late (see :meth:`late`)."""
+        self.count(now, here)
+        return [state for state in self._last if state not in here and state not in self._late]
+
+    def late(self, states: Collection[object]) -> None:
+        """These streams did not come back within a wait: no step waits for them again before their next
+        token (they still count as generating for the budget until the window passes)."""
+        self._late.update(states)
+
+    def hold_s(self) -> float:
+        """How long a step with prompt tokens waits for paused streams to come back: twice their usual
+        round trip, at most :data:`MAX_HOLD_S`."""
+        return min(2.0 * self.roundtrip_s, MAX_HOLD_S)
+
+
+def step_limit(
+    generating: Sequence[tuple[int, int]], paused: int, cost: DecodeCost, multiple: float, prompts: int = 0
+) -> float | None:
+    """The most a step may cost (in the units of ``cost``) when ``generating`` ``(sequence id, tokens)``
+    (in id order) decode in it, ``paused`` more streams are between steps and ``prompts`` guests wait
+    for their prompts: ``multiple`` plain steps of the generating guests.  None: no limit, when it is
+    off, nobody generates, or more guests wait for their prompts than generate (the few generating are
+    not favoured over the many waiting for a first token)."""
+    n_tokens = sum(n for _, n in generating) + paused
+    if multiple <= 0 or n_tokens == 0 or prompts > len(generating) + paused:
+        return None
+    return multiple * cost.seconds(n_tokens, max(1, passes(generating)))
+
+
+def _seconds(counts: list[tuple[int, int]], cost: DecodeCost) -> float:
+    ordered = sorted(counts)
+    return cost.seconds(sum(n for _, n in ordered), passes(ordered))
+
+
+def _most_within(counts: list[tuple[int, int]], seq_id: int, most: int, cost: DecodeCost, limit: float) -> int:
+    """The largest ``take <= most`` with the batch ``counts`` plus ``take`` tokens of ``seq_id`` within
+    ``limit`` (a step's cost grows with its tokens and its passes)."""
+    low, high = 0, most
+    while low < high:
+        mid = (low + high + 1) // 2
+        if _seconds([*counts, (seq_id, mid)], cost) <= limit * (1 + 1e-9):  # not rounding's victim
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def prompt_takes(
+    base: Sequence[tuple[int, int]],
+    prompts: Sequence[tuple[int, int]],
+    capacity: int,
+    cost: DecodeCost,
+    limit: float | None,
+) -> list[int]:
+    """Tokens each prompt ``(sequence id, tokens pending)`` takes, in the order given, after the batch
+    ``base`` ``(sequence id, tokens)``: as many as fit the ``capacity`` left in the batch and, with a
+    ``limit``, keep the step's estimated cost within it (the first prompt at least
+    :data:`MIN_PROMPT_TOKENS`)."""
+    counts = [(seq, n) for seq, n in base if n > 0]
+    takes: list[int] = []
+    left = capacity
+    for seq_id, pending in prompts:
+        take = min(pending, left)
+        if limit is not None and take > 0:
+            floor = min(take, MIN_PROMPT_TOKENS) if not any(takes) else 0
+            take = max(_most_within(counts, seq_id, take, cost, limit), floor)
+        takes.append(take)
+        left -= take
+        if take > 0:
+            counts.append((seq_id, take))
+    return takes
