@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Run ON THE LENT GPU MACHINE, through the device tool, with the folder scripts/gpu/prepare_device.sh made
+# carried (carry [".gpu/device"]; the command: scripts/gpu/on_device.sh). Nothing can be fetched there:
+#
+#   1. the carried wheels installed without an index (pip --no-index --no-deps --target)
+#   2. llama-cpp-python 0.3.36 built from the carried sdist with -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90
+#      on every core (the image's scikit-build-core, CMake, ninja and nvcc; no build isolation)
+#   3. wasinn info --json; the GPU tests (tests/gpu, pytest -m gpu) and the CPU-build checks beside them
+#   4. the benchmarks, GPU against native llama.cpp on the same GPU: single stream (bench_host.py),
+#      8/32/64 guests against batched decoding and prefix reuse (bench_concurrency.py), wasinn serve over
+#      a unix socket against in-process (bench_rpc.py), a model that does not fit (device_bench.py fit)
+#
+# Everything lands under $OUT (the device tool brings it back): on_device.log (all output),
+# figures.json (each step's seconds, exit status and output, the build time, the device), info.json,
+# gpu-tests.xml (four files: the tool brings back eight at most). A step that fails is recorded and the next one still runs; the script's status is
+# that of the GPU tests. It aims to finish inside one call's 10 minutes.
+#
+#   scripts/gpu/on_device.sh --dry-run    here, without a GPU: a fresh Python 3.12 virtual environment
+#       with the packages the device's image has (fetched from the index: that is the image, not the
+#       recipe), the carried wheels installed exactly as on the device, llama-cpp-python built for the CPU
+#       from the carried sdist (cached in .gpu/dry-run by the sdist's hash), then steps 3 and 4 in small
+#       sizes. $OUT defaults to .gpu/out.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+dir=${WASINN_DEVICE_DIR:-.gpu/device}
+dry=0
+[[ ${1:-} == --dry-run ]] && dry=1
+out=${OUT:-$root/.gpu/out}
+mkdir -p "$out"
+exec > >(tee "$out/on_device.log") 2>&1
+started=$(date +%s)
+
+# step NAME TIMEOUT CMD...: run, time, record in $steps (the device tool brings back 8 files of $OUT at most)
+step() {
+    local name=$1 limit=$2 t0 rc
+    shift 2
+    echo "== $name: $*"
+    t0=$(date +%s.%N)
+    timeout "$limit" "$@" >"$logs/$name.txt" 2>&1
+    rc=$?
+    cat "$logs/$name.txt"
+    python3 - "$name" "$rc" "$t0" "$logs/$name.txt" >>"$steps" <<'EOF'
+import json, sys, time
+name, rc, t0, path = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+text = open(path, encoding="utf-8", errors="replace").read()
+print(json.dumps({"step": name, "rc": rc, "seconds": round(time.time() - t0, 1), "output": text[-6000:]}))
+EOF
+    echo "== $name: exit $rc"
+    return "$rc"
+}
+
+sdist=$(ls "$dir"/llama_cpp_python-*.tar.gz) || { echo "no sdist in $dir: run scripts/gpu/prepare_device.sh here first"; exit 2; }
+if ((dry)); then
+    python=${WASINN_DRY_RUN_PYTHON:-python3.12}
+    cache=$root/.gpu/dry-run
+    site=$cache/site
+    venv=$cache/venv
+    rm -rf "$venv" "$site"
+    "$python" -m venv "$venv" || exit 2
+    py=$venv/bin/python
+    # the device image's packages (not part of the recipe): from the index, here only
+    "$py" -m pip install --quiet numpy jinja2 typing-extensions pyyaml tqdm requests pytest hypothesis \
+        prometheus-client scikit-build-core || exit 2
+    cmake_args=""
+    sizes=(--tokens 8 --runs 1)
+    concurrency=(--n 2,4 --prefix-tokens 64 --ttft-runs 1)
+    fit_args=(--over 0.25 --n-parallel 4 --tokens 8)
+    model_size=small
+else
+    py=python3
+    site=/tmp/wasinn-site
+    cache=/tmp/wasinn-build
+    cmake_args="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90"
+    sizes=(--tokens 256 --runs 3 --threads 8)
+    concurrency=(--n 1,8,32,64 --threads 8)
+    fit_args=(--tokens 64)
+    model_size=1b
+    nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version --format=csv || true
+fi
+mkdir -p "$site" "$cache"
+logs=$cache/steps
+rm -rf "$logs" && mkdir -p "$logs"
+steps=$logs/steps.jsonl
+
+step install_wheels 120 "$py" -m pip install --no-index --no-deps --no-compile --target "$site" "$dir"/wheels/*.whl
+export PYTHONPATH=$site:$root
+
+# the build: cached by the sdist's hash and the CMake arguments (a fresh device has no cache)
+key=$(cat "$sdist" <(echo "$cmake_args") | sha256sum | cut -c1-16)
+wheel=$(ls "$cache/$key"/llama_cpp_python-*.whl 2>/dev/null | head -1)
+if [[ -z $wheel ]]; then
+    mkdir -p "$cache/$key"
+    step build_llama_cpp 540 env CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+        "$py" -m pip wheel --no-index --no-deps --no-build-isolation -w "$cache/$key" "$sdist"
+    wheel=$(ls "$cache/$key"/llama_cpp_python-*.whl 2>/dev/null | head -1)
+fi
+[[ -n $wheel ]] || { echo "on_device: the llama-cpp-python build failed"; exit 3; }
+step install_llama_cpp 120 "$py" -m pip install --no-index --no-deps --no-compile --target "$site" "$wheel"
+
+step info 120 "$py" -m wasinn_host info --json
+cp "$logs/info.txt" "$out/info.json"
+step gpu_tests 300 "$py" -m pytest -q -rs -p no:cacheprovider --junitxml="$out/gpu-tests.xml" \
+    --ignore=tests/gpu/test_device_recipe.py tests/gpu tests/llama/test_gpu.py tests/llama/test_offload.py
+tests_rc=$?
+
+bench=$cache/bench
+mkdir -p "$bench"
+step bench_model 300 "$py" scripts/gpu/device_bench.py model "$bench/model.gguf" --size "$model_size"
+step bench_single_stream 240 "$py" scripts/benchmarks/bench_host.py --model "$bench/model.gguf" --no-grammar \
+    --calls 2000 "${sizes[@]}"
+step bench_concurrency 300 "$py" scripts/benchmarks/bench_concurrency.py --model "$bench/model.gguf" \
+    "${concurrency[@]}" "${sizes[@]:0:2}"
+step bench_rpc 240 "$py" scripts/benchmarks/bench_rpc.py --model "$bench/model.gguf" --calls 500 "${sizes[@]}"
+step bench_does_not_fit 240 "$py" scripts/gpu/device_bench.py fit "$bench/model.gguf" "${fit_args[@]}"
+
+"$py" - "$steps" "$out" "$(($(date +%s) - started))" "$dry" <<'EOF'
+import json, sys
+steps = [json.loads(line) for line in open(sys.argv[1], encoding="utf-8")]
+try:
+    info = json.load(open(sys.argv[2] + "/info.json", encoding="utf-8"))
+except (OSError, ValueError):
+    info = {}
+figures = {
+    "dry_run": sys.argv[4] == "1",
+    "total_seconds": int(sys.argv[3]),
+    "devices": info.get("devices"),
+    "gpu_offload": info.get("gpu_offload"),
+    "build_seconds": next((s["seconds"] for s in steps if s["step"] == "build_llama_cpp"), None),
+    "steps": steps,
+}
+json.dump(figures, open(sys.argv[2] + "/figures.json", "w", encoding="utf-8"), indent=1)
+print(json.dumps({s["step"]: [s["rc"], s["seconds"]] for s in steps}))
+EOF
+echo "on_device: done in $(($(date +%s) - started)) s; figures in $out/figures.json"
+exit "$tests_rc"
