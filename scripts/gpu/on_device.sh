@@ -11,9 +11,12 @@
 #      a unix socket against in-process (bench_rpc.py), a model that does not fit (device_bench.py fit)
 #
 # Everything lands under $OUT (the device tool brings it back): on_device.log (all output),
-# figures.json (each step's seconds, exit status and output, the build time, the device), info.json,
-# gpu-tests.xml (four files: the tool brings back eight at most). A step that fails is recorded and the next one still runs; the script's status is
-# that of the GPU tests. It aims to finish inside one call's 10 minutes.
+# figures.json (each step's seconds, exit status and output, the build time, the devices; rewritten after
+# every step, so a call cut off at its limit still brings back what was done), info.json,
+# gpu-tests.xml (four files: the tool brings back eight at most). A step that fails is recorded and the
+# next one still runs; the script's status is that of the GPU tests. It aims to finish inside one call's
+# 10 minutes; if the build leaves too little, call it again at once: the build is cached in
+# /tmp/wasinn-build, which lives as long as the machine stays warm (30 s after a call).
 #
 #   scripts/gpu/on_device.sh --dry-run    here, without a GPU: a fresh Python 3.12 virtual environment
 #       with the packages the device's image has (fetched from the index: that is the image, not the
@@ -40,19 +43,19 @@ step() {
     timeout "$limit" "$@" >"$logs/$name.txt" 2>&1
     rc=$?
     cat "$logs/$name.txt"
-    python3 - "$name" "$rc" "$t0" "$logs/$name.txt" >>"$steps" <<'EOF'
-import json, sys, time
-name, rc, t0, path = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
-text = open(path, encoding="utf-8", errors="replace").read()
-print(json.dumps({"step": name, "rc": rc, "seconds": round(time.time() - t0, 1), "output": text[-6000:]}))
-EOF
+    python3 scripts/gpu/record_step.py "$steps" "$out" "$name" "$rc" "$t0" "$logs/$name.txt" "$started" "$dry"
     echo "== $name: exit $rc"
     return "$rc"
 }
 
 sdist=$(ls "$dir"/llama_cpp_python-*.tar.gz) || { echo "no sdist in $dir: run scripts/gpu/prepare_device.sh here first"; exit 2; }
 if ((dry)); then
-    python=${WASINN_DRY_RUN_PYTHON:-python3.12}
+    # the device's Python: python3.12 on the PATH, else pyenv's (WASINN_DRY_RUN_PYTHON overrides)
+    python=${WASINN_DRY_RUN_PYTHON:-}
+    for candidate in python3.12 "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12; do
+        [[ -z $python ]] && "$candidate" --version >/dev/null 2>&1 && python=$candidate
+    done
+    [[ -n $python ]] || { echo "on_device --dry-run: no python3.12 here"; exit 2; }
     cache=$root/.gpu/dry-run
     site=$cache/site
     venv=$cache/venv
@@ -98,8 +101,7 @@ fi
 [[ -n $wheel ]] || { echo "on_device: the llama-cpp-python build failed"; exit 3; }
 step install_llama_cpp 120 "$py" -m pip install --no-index --no-deps --no-compile --target "$site" "$wheel"
 
-step info 120 "$py" -m wasinn_host info --json
-cp "$logs/info.txt" "$out/info.json"
+step info 120 bash -c '"$1" -m wasinn_host info --json >"$2" && cat "$2"' info "$py" "$out/info.json"
 step gpu_tests 300 "$py" -m pytest -q -rs -p no:cacheprovider --junitxml="$out/gpu-tests.xml" \
     --ignore=tests/gpu/test_device_recipe.py tests/gpu tests/llama/test_gpu.py tests/llama/test_offload.py
 tests_rc=$?
@@ -114,23 +116,5 @@ step bench_concurrency 300 "$py" scripts/benchmarks/bench_concurrency.py --model
 step bench_rpc 240 "$py" scripts/benchmarks/bench_rpc.py --model "$bench/model.gguf" --calls 500 "${sizes[@]}"
 step bench_does_not_fit 240 "$py" scripts/gpu/device_bench.py fit "$bench/model.gguf" "${fit_args[@]}"
 
-"$py" - "$steps" "$out" "$(($(date +%s) - started))" "$dry" <<'EOF'
-import json, sys
-steps = [json.loads(line) for line in open(sys.argv[1], encoding="utf-8")]
-try:
-    info = json.load(open(sys.argv[2] + "/info.json", encoding="utf-8"))
-except (OSError, ValueError):
-    info = {}
-figures = {
-    "dry_run": sys.argv[4] == "1",
-    "total_seconds": int(sys.argv[3]),
-    "devices": info.get("devices"),
-    "gpu_offload": info.get("gpu_offload"),
-    "build_seconds": next((s["seconds"] for s in steps if s["step"] == "build_llama_cpp"), None),
-    "steps": steps,
-}
-json.dump(figures, open(sys.argv[2] + "/figures.json", "w", encoding="utf-8"), indent=1)
-print(json.dumps({s["step"]: [s["rc"], s["seconds"]] for s in steps}))
-EOF
 echo "on_device: done in $(($(date +%s) - started)) s; figures in $out/figures.json"
 exit "$tests_rc"

@@ -53,7 +53,7 @@ if [[ ! -x $python || "$(cat "$venv/.wasinn-stamp" 2>/dev/null)" != "$stamp" ]];
     fi
     rm -rf "$venv"
     python3 -m venv --system-site-packages "$venv"
-    "$python" -m pip install --quiet --no-deps --no-index "$wheels"/llama_cpp_python-*.whl
+    "$python" -m pip install --quiet --no-deps --no-index --ignore-installed "$wheels"/llama_cpp_python-*.whl  # over the machine's CPU build
     echo "$stamp" >"$venv/.wasinn-stamp"
 fi
 echo "vulkan_soft: $("$python" -c 'import llama_cpp; print("llama-cpp-python", llama_cpp.__version__, "at", llama_cpp.__file__)')"

@@ -22,11 +22,27 @@ import pytest
 from .gpu_env import ROOT
 
 DEVICE_DIR = ROOT / ".gpu" / "device"
+
+
+def python312() -> bool:
+    """Whether the dry run finds a Python 3.12 (as ``on_device.sh`` looks for one)."""
+    pyenv = shutil.which("pyenv")
+    root = subprocess.run([pyenv, "root"], capture_output=True, text=True).stdout.strip() if pyenv else ""
+    candidates = (
+        ["python3.12", *map(str, pathlib.Path(root).glob("versions/3.12*/bin/python3.12"))] if root else ["python3.12"]
+    )
+    return any(
+        subprocess.run([c, "--version"], capture_output=True).returncode == 0 for c in candidates if shutil.which(c)
+    )
+
+
 pytestmark = [
     pytest.mark.skipif(
         not (DEVICE_DIR / "MANIFEST").exists(), reason="no .gpu/device: run scripts/gpu/prepare_device.sh first"
     ),
-    pytest.mark.skipif(shutil.which("python3.12") is None, reason="the dry run needs python3.12 (the device's Python)"),
+    pytest.mark.skipif(
+        not python312(), reason="the dry run needs python3.12 (the device's Python), on the PATH or pyenv's"
+    ),
 ]
 STEPS = [
     "install_wheels",

@@ -21,6 +21,8 @@ from wasinn_host.testing.gguf_models import successor_text, write_successor_mode
 from .gpu_env import GPU_MARKS, device_buffers, generate, gpu_layers, llama_log, offloaded, write_exact_model
 
 pytestmark = GPU_MARKS
+UNBOUNDED = '{"temp": 0}'
+"""Greedy up to the end of generation (the successor model's answers end at ``z``)."""
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +55,7 @@ def test_all_layers_on_the_device_answer_as_the_successor_model_must(
     name: str, reg: ModelRegistry, caplog: pytest.LogCaptureFixture
 ) -> None:
     with llama_log(caplog):
-        text = generate(reg, name, json.dumps({"n-gpu-layers": -1}), "a")
+        text = generate(reg, name, json.dumps({"n-gpu-layers": -1}), "a", UNBOUNDED)
     assert text == successor_text("a") + "</s>"
     assert offloaded(caplog) == [(3, 3)], "2 repeating layers and the output layer"
     buffers = device_buffers(caplog)
@@ -63,7 +65,7 @@ def test_all_layers_on_the_device_answer_as_the_successor_model_must(
 
 def test_the_gpu_target_fits_every_layer_of_a_small_model(reg: ModelRegistry, caplog: pytest.LogCaptureFixture) -> None:
     with llama_log(caplog):
-        text = generate(reg, "succ-gpu", None, "m")
+        text = generate(reg, "succ-gpu", None, "m", UNBOUNDED)
     assert text == successor_text("m") + "</s>"
     assert offloaded(caplog) == [(3, 3)]
     assert any("execution target GPU: all 2 layers fit" in r.getMessage() for r in caplog.records)
