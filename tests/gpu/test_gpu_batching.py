@@ -21,7 +21,10 @@ from .gpu_env import GPU_MARKS, gpu_layers, llama_log, loaded, offloaded, write_
 
 pytestmark = GPU_MARKS
 PROMPTS = ["a", "hello", "m", "Q", "xy", "tuv"]
-ON_DEVICE = '{"n-gpu-layers": -1}'
+ON_DEVICE = '{"n-gpu-layers": -1, "flash-attn": "off"}'
+"""Flash attention off for the guests computing at once: with it on (``auto`` enables it on Vulkan), six
+sequences batched on lavapipe crashed the process (a segfault inside ``llama_decode`` or reading its
+logits) in 4 of 11 runs, with it off in none of 12; the single-session tests below keep it on."""
 
 
 @pytest.fixture(scope="module")
@@ -60,17 +63,20 @@ def test_guests_computing_at_once_share_decode_calls_on_the_device(
     assert worker.decode_calls and worker.sequences_decoded / worker.decode_calls > 1.5, "batched, not one by one"
 
 
-def test_a_second_turn_reuses_the_prefix_on_the_device_and_answers_as_the_cpu(reg: ModelRegistry) -> None:
+def test_a_second_turn_reuses_the_prefix_on_the_device_and_answers_as_the_cpu(
+    reg: ModelRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
     nn = WasiNN(registry=reg)
     first = "the quick brown fox jumps over the lazy dog " * 3
     second = first + "and runs"
     greedy = {"temp": 0, "n-predict": 16}
-    with nn.session("rand", {**greedy, "n-gpu-layers": -1}) as session:
+    with llama_log(caplog), nn.session("rand", {**greedy, "n-gpu-layers": -1}) as session:
         session.complete(first)
         turn1 = session.metadata
         answer = session.complete(second)
         turn2 = session.metadata
     assert gpu_layers(reg, "rand") == -1
+    assert offloaded(caplog) == [(5, 5)], "every layer on the device"
     assert turn2["reused_tokens"] >= turn1["input_tokens"] - 1, (turn1, turn2)
     assert turn2["input_tokens"] - turn2["reused_tokens"] <= 10, "only the new words are decoded"
     with nn.session("rand", {**greedy, "n-gpu-layers": -1}) as fresh:
