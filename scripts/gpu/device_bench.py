@@ -47,8 +47,8 @@ class Lines(logging.Handler):
 
 def fit(path: pathlib.Path, tokens: int, over: float, n_parallel: int) -> dict[str, object]:
     lines = Lines()
+    logging.getLogger("wasinn_host").addHandler(lines)  # llama.cpp's logger propagates to it
     for name in ("wasinn_host", LLAMA_LOGGER):
-        logging.getLogger(name).addHandler(lines)
         logging.getLogger(name).setLevel(logging.INFO)
     free = devices.gpu_free_bytes()
     per_cell = model_sizes(path, ModelParams(ctx_size=1, n_parallel=1)).kv_bytes_per_layer

@@ -70,6 +70,7 @@ if ((dry)); then
     concurrency=(--n 2,4 --prefix-tokens 64 --ttft-runs 1)
     fit_args=(--over 0.25 --n-parallel 4 --tokens 8)
     model_size=small
+    build_limit=3600  # 2 shared cores: the CPU build takes 7 minutes alone, far longer under load
 else
     py=python3
     site=/tmp/wasinn-site
@@ -79,6 +80,7 @@ else
     concurrency=(--n 1,8,32,64 --threads 8)
     fit_args=(--tokens 64)
     model_size=1b
+    build_limit=540
     nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version --format=csv || true
 fi
 mkdir -p "$site" "$cache"
@@ -94,7 +96,7 @@ key=$(cat "$sdist" <(echo "$cmake_args") | sha256sum | cut -c1-16)
 wheel=$(ls "$cache/$key"/llama_cpp_python-*.whl 2>/dev/null | head -1)
 if [[ -z $wheel ]]; then
     mkdir -p "$cache/$key"
-    step build_llama_cpp 540 env CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+    step build_llama_cpp "$build_limit" env CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
         "$py" -m pip wheel --no-index --no-deps --no-build-isolation -w "$cache/$key" "$sdist"
     wheel=$(ls "$cache/$key"/llama_cpp_python-*.whl 2>/dev/null | head -1)
 fi

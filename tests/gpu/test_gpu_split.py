@@ -2,9 +2,8 @@
 
 On the software GPU the second device is lavapipe listed twice (``GGML_VK_VISIBLE_DEVICES=0,0``, set for a
 child process); on a CUDA machine both devices must be real, else the tests skip and say so.
-``main-gpu`` only matters under ``split-mode`` none or row (llama.cpp ignores it in its default layer
-mode); this host does not implement ``split-mode`` or ``tensor-split`` yet (they are warned about as
-WasmEdge keys this host ignores), so the default layer split is what is tested here.
+These tests need no key: llama.cpp's default layer split. ``split-mode``, ``main-gpu`` (which only matters
+under split mode none or row) and ``tensor-split`` are tested in ``test_gpu_split_keys.py``.
 """
 
 from __future__ import annotations

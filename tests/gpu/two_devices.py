@@ -30,10 +30,9 @@ class Lines(logging.Handler):
 def main() -> int:
     model, config, prompt = sys.argv[1:4]
     lines = Lines()
+    logging.getLogger("wasinn_host").addHandler(lines)  # llama.cpp's logger propagates to it
     for name in ("wasinn_host", LLAMA_LOGGER):
-        logger = logging.getLogger(name)
-        logger.addHandler(lines)
-        logger.setLevel(logging.INFO)
+        logging.getLogger(name).setLevel(logging.INFO)
     gpus = [
         {"name": d.name, "description": d.description, "free_bytes": d.free_bytes}
         for d in devices.devices()
