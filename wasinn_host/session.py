@@ -71,6 +71,29 @@ class Session:
         self._context.generate(stdout=self._stdout)
         return self._context.output.decode("utf-8", "replace")
 
+    def embed(self, text: str | bytes) -> list[float]:
+        """The embedding of ``text`` on a model loaded with ``embedding`` (normalised by ``embd-normalize``);
+        on a reranker (``reranking``), the score of ``text`` as one sequence, in a list of one."""
+        self._context.set_prompt(text.encode() if isinstance(text, str) else text)
+        self._context.generate(stdout=self._stdout)
+        return self._vector()
+
+    def rerank(self, query: str, documents: Sequence[str]) -> list[float]:
+        """A reranker's score of each document for ``query`` (a model loaded with ``reranking``), in the
+        documents' order: the guest's ``{"query": ..., "documents": [...]}`` prompt, from Python."""
+        self._context.set_prompt(orjson.dumps({"query": query, "documents": list(documents)}))
+        self._context.generate(stdout=self._stdout)
+        return self._vector()
+
+    def _vector(self) -> list[float]:
+        vector = self._context.embedding
+        if vector is None:  # a remote backend hands over the guest's embedding JSON
+            output = bytes(self._context.output)
+            vector = orjson.loads(output).get("embedding") if output.startswith(b"{") else None
+        if vector is None:
+            raise WasiNNError(ErrorKind.INVALID_ARGUMENT, "the model is not loaded with embedding or reranking")
+        return [float(v) for v in vector]
+
     def stream(self, prompt: str | bytes, max_tokens: int | None = None) -> Iterator[bytes]:
         """Yield the generated text as it comes, in whole UTF-8 characters (a token that ends inside a
         character adds its bytes to the next piece), from at most the session's ``n-predict`` and

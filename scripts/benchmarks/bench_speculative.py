@@ -60,7 +60,10 @@ GUEST = ROOT / "guest_examples" / "complete.wasm"
 ALIAS = "m"
 N_GUESTS = 8
 N_CTX = 1024
-TARGETS = {"repeat": 1.5, "fresh": 0.95, "guests": 1.0}
+TARGETS = {"repeat": 1.5, "fresh": 0.95, "guests": 1.0, "list": 0.0, "code": 0.0, "json": 0.0, "quotes": 0.0}
+HELD_OUT = ("list", "code", "json", "quotes")
+"""Repetitive workloads no setting was tuned on: each must reach CEILING_SHARE of the ceiling."""
+CEILING_SHARE = 0.8
 DRAFT_MAX = DraftSettings().n_max
 
 PASSAGES = [
@@ -104,6 +107,29 @@ FRESH = {
     "<|im_start|>assistant\n",
     "gemma3": "Once upon a time, in a small village by the sea, there lived",
 }
+
+
+HELD_OUT_TASKS = {
+    "list": "Here is my to-do list. Write it out again exactly as it is:\n1. Call the plumber about the kitchen "
+    "sink\n2. Buy a birthday present for Anna\n3. Renew the car insurance before Friday\n4. Return the library "
+    "books\n5. Book a dentist appointment\n6. Pay the electricity bill\n7. Water the plants on the balcony\n8. "
+    "Send the report to the team\n9. Clean the garage\n10. Plan the weekend trip to the lake",
+    "code": "Rename the variable `x` to `total` in this Python function and show the whole function:\n\n"
+    "```python\ndef add_prices(items):\n    x = 0\n    for item in items:\n        if item.price > 0:\n"
+    "            x = x + item.price\n        else:\n            print('skipping', item.name)\n    return x\n```",
+    "json": 'Return this JSON object exactly as it is, with no changes:\n{"name": "Alice Smith", "age": 34, '
+    '"email": "alice@example.com", "address": {"street": "12 Oak Road", "city": "Springfield", "zip": "54321"}, '
+    '"tags": ["admin", "editor", "reviewer"], "active": true}',
+    "quotes": 'Repeat these three quotes word for word:\n\n"The only way to do great work is to love what you do."'
+    '\n"In the middle of difficulty lies opportunity."\n"Life is what happens when you\'re busy making other plans."',
+}
+"""The held-out workloads' requests: a list, a code edit, a JSON echo, quotes."""
+
+
+def held_out_prompt(model: str, task: str) -> str:
+    if model == "gemma3":
+        return f"{task}\n\n"
+    return f"<|im_start|>user\n{task}<|im_end|>\n<|im_start|>assistant\n"
 
 
 def repeat_prompt(model: str, passage: str) -> str:
@@ -269,12 +295,12 @@ def measure(
     generated = statistics.median(run.count("output_tokens") for run in plain)
     prompt_tokens = statistics.median(run.count("input_tokens") for run in plain)
     label, unit = (name, "tokens/s after the first token") if len(prompts) == 1 else ("8 guests", "aggregate tokens/s")
+    target = f"target >= {TARGETS[name]}" if name not in HELD_OUT else f"target >= {CEILING_SHARE} of the ceiling"
     lines = [
         f"{label}: {prompt_tokens:.0f} prompt tokens, {generated:.0f} generated ({unit}, median of {args.runs})",
         f"  plain          {pm:8.1f}  (runs: {runs_text(p)})",
         f"  speculative    {sm:8.1f}  (runs: {runs_text(s)})",
-        f"  speculative/plain {sm / pm:6.2f}  (per-pair spread {min(ratios):.2f}-{max(ratios):.2f})  "
-        f"target >= {TARGETS[name]}",
+        f"  speculative/plain {sm / pm:6.2f}  (per-pair spread {min(ratios):.2f}-{max(ratios):.2f})  {target}",
         f"  draft tokens {drafted:.0f}, accepted {accepted:.0f}"
         + (f" ({accepted / drafted * 100:.0f} %)" if drafted else "")
         + " per run (median)",
@@ -296,6 +322,7 @@ def measure(
                 f"accepted, each a plain step ({1000 / nm:.1f} ms) plus {last.per_token_s * 1000:.1f} ms "
                 "per draft token"
             )
+            lines.append(f"  speculative/plain over the ceiling: {sm / pm / statistics.median(ceilings):.2f}")
     return lines
 
 
@@ -305,7 +332,10 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5, help="plain/speculative pairs per workload (default 5)")
     parser.add_argument("--tokens", type=int, default=160, help="n-predict of every guest (default 160)")
     parser.add_argument(
-        "--workloads", default="repeat,fresh,guests", help="comma-separated: repeat, fresh, guests (default all)"
+        "--workloads",
+        default="repeat,fresh,guests",
+        help="comma-separated: repeat, fresh, guests, and the held-out list, code, json, quotes "
+        "(default: repeat,fresh,guests)",
     )
     args = parser.parse_args()
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
@@ -320,6 +350,7 @@ def main() -> int:
         "repeat": [repeat_prompt(args.model, PASSAGES[0])],
         "fresh": [FRESH[args.model]],
         "guests": [repeat_prompt(args.model, p) for p in PASSAGES[:N_GUESTS]],
+        **{name: [held_out_prompt(args.model, HELD_OUT_TASKS[name])] for name in HELD_OUT},
     }
     # warm up: load the model, grow to 8 sequences if needed
     warm: dict[str, object] = {"temp": 0, "ctx-size": N_CTX, "n-predict": 4, "cache-prompt": False}

@@ -92,7 +92,7 @@ class CommonSampler:
                     c_breakers,
                     len(breakers),
                 ),
-                llama_cpp.llama_sampler_init_top_n_sigma(-1.0),
+                llama_cpp.llama_sampler_init_top_n_sigma(p.top_n_sigma),
                 llama_cpp.llama_sampler_init_top_k(p.top_k),
                 llama_cpp.llama_sampler_init_typical(p.typ_p, p.min_keep),
                 llama_cpp.llama_sampler_init_top_p(p.top_p, p.min_keep),

@@ -268,8 +268,8 @@ class FakeRuntime:
         """A context laid out as ``layout`` says."""
         return FakeContext(model, params, layout, self.decode_delay)
 
-    def kv_cache_bytes(self, model: FakeModel, n_ctx: int) -> int:
-        """A fixed size per cell."""
+    def kv_cache_bytes(self, model: FakeModel, n_ctx: int, params: ModelParams) -> int:
+        """A fixed size per cell, whatever the cache types."""
         return KV_BYTES_PER_CELL * n_ctx
 
     def check_model_file(self, path: Path) -> None:

@@ -27,8 +27,10 @@ from typing import Any, Callable, Mapping
 import orjson
 
 from .errors import ErrorKind, WasiNNError, invalid
+from .kv_types import ACCEPTED as KV_TYPES_ACCEPTED
+from .kv_types import is_kv_type, kv_type
 from .ngram_drafts import SPEC_TYPES
-from .params import DEFAULT_SEED, ContextParams, ModelParams, PromptOptions, SamplingParams, StopParams  # noqa: F401
+from .params import DEFAULT_SEED, POOLING_RANK, ContextParams, ModelParams, PromptOptions, SamplingParams, StopParams  # noqa: F401
 from .preload import Target
 from .prompt_cache import valid_entry_name
 
@@ -48,6 +50,8 @@ class KeySpec:
     check: Check | None = None
     accepted: str = ""
     clamp_min: float | None = None
+    convert: Callable[[Any], Any] | None = None
+    """Turns another accepted form of the value into the record's (before the type check)."""
 
 
 def _at_least(low: float) -> Check:
@@ -88,6 +92,42 @@ _KEYS: tuple[KeySpec, ...] = (
         "on, enabled, off, disabled or auto",
     ),
     KeySpec("mmproj", str, "model", "mmproj"),
+    KeySpec("reranking", bool, "model", "reranking"),
+    KeySpec(
+        "pooling-type", int, "model", "pooling_type", _between(-1, 4), "-1 (model) to 4: none, mean, cls, last, rank"
+    ),
+    KeySpec("attention-type", int, "model", "attention_type", _between(-1, 1), "-1 (model), 0 causal, 1 non-causal"),
+    KeySpec(
+        "rope-scaling-type",
+        int,
+        "model",
+        "rope_scaling_type",
+        _between(-1, 3),
+        "-1 (model), 0 none, 1 linear, 2 yarn, 3 longrope",
+    ),
+    KeySpec("rope-freq-base", float, "model", "rope_freq_base", _at_least(0.0), ">= 0.0 (0 = the model's)"),
+    KeySpec("rope-freq-scale", float, "model", "rope_freq_scale", _at_least(0.0), ">= 0.0 (0 = the model's)"),
+    KeySpec("yarn-ext-factor", float, "model", "yarn_ext_factor"),
+    KeySpec("yarn-attn-factor", float, "model", "yarn_attn_factor"),
+    KeySpec("yarn-beta-fast", float, "model", "yarn_beta_fast"),
+    KeySpec("yarn-beta-slow", float, "model", "yarn_beta_slow"),
+    KeySpec("yarn-orig-ctx", int, "model", "yarn_orig_ctx", _between(0, 1 << 24), "0 (the model's) to 16777216"),
+    KeySpec("cpu-moe", bool, "model", "cpu_moe"),
+    KeySpec("n-cpu-moe", int, "model", "n_cpu_moe", _between(0, 4096), "0 to 4096 (layers)"),
+    KeySpec(
+        "tensor-split",
+        str,
+        "model",
+        "tensor_split",
+        lambda v: parse_tensor_split(v) is not None,
+        'comma-separated proportions >= 0, one per GPU ("3,2")',
+    ),
+    KeySpec("split-mode", str, "model", "split_mode", _one_of("none", "layer", "row"), "none, layer or row"),
+    KeySpec("no-kv-offload", bool, "model", "no_kv_offload"),
+    KeySpec("tts", bool, "model", "tts"),
+    KeySpec("model-vocoder", str, "model", "vocoder"),
+    KeySpec("type-k", str, "model", "type_k", is_kv_type, KV_TYPES_ACCEPTED, convert=kv_type),
+    KeySpec("type-v", str, "model", "type_v", is_kv_type, KV_TYPES_ACCEPTED, convert=kv_type),
     # sampling
     KeySpec("temp", float, "sampling", "temp", clamp_min=0.0),
     KeySpec("dynatemp-range", float, "sampling", "dynatemp_range", _at_least(0.0), ">= 0.0"),
@@ -119,6 +159,8 @@ _KEYS: tuple[KeySpec, ...] = (
     KeySpec("json-schema", str, "sampling", "json_schema"),
     KeySpec("grammar-first", bool, "sampling", "grammar_first"),
     KeySpec("n-probs", int, "sampling", "n_probs", _between(0, 100), "0 to 100"),
+    KeySpec("top-n-sigma", float, "sampling", "top_n_sigma"),
+    KeySpec("n-prev", int, "sampling", "n_prev", _between(0, 1 << 20), "0 to 1048576"),
     # stop rules
     KeySpec("n-predict", int, "stopping", "n_predict", _at_least(-(2**63)), "any integer (< 0 = unlimited)"),
     KeySpec("reverse-prompt", str, "stopping", "reverse_prompt"),
@@ -144,6 +186,9 @@ _KEYS: tuple[KeySpec, ...] = (
         ">= -1 (-1 none, 0 max-abs, 1 taxicab, 2 L2, >2 p-norm)",
     ),
     KeySpec("image", str, "options", "image"),
+    KeySpec("always-regenerate-image-embd", bool, "options", "always_regenerate_image_embd"),
+    KeySpec("tts-output-file", str, "options", "tts_output_file"),
+    KeySpec("tts-speaker-file", str, "options", "tts_speaker_file"),
     KeySpec("spec-type", str, "options", "spec_type", _one_of(*SPEC_TYPES), " or ".join(SPEC_TYPES)),
     KeySpec("draft-max", int, "options", "draft_max", _between(0, 1024), "0 to 1024"),
     KeySpec("draft-min", int, "options", "draft_min", _between(0, 1024), "0 to 1024"),
@@ -189,6 +234,8 @@ ALIASES: Mapping[str, str] = {
     "context-shifting": "ctx-shift",
     "context-shift": "ctx-shift",
     "embeddings": "embedding",
+    "cache-type-k": "type-k",
+    "cache-type-v": "type-v",
     "draft": "draft-max",
     "draft-n": "draft-max",
     "draft-n-min": "draft-min",
@@ -202,48 +249,7 @@ ALIASES: Mapping[str, str] = {
 # The nested form: {"sampling": {...}, "stopping": {...}, "memory": {...}}
 SECTIONS = ("sampling", "stopping", "memory", "model")
 
-# Keys WasmEdge's GGML plugin accepts that this host does not implement: warned once.
-_NOT_IMPLEMENTED = frozenset(
-    {
-        "always-regenerate-image-embd",
-        "tensor-split",
-        "split-mode",
-        "cpu-moe",
-        "n-cpu-moe",
-        "reranking",
-        "pooling-type",
-        "attention-type",
-        "rope-scaling-type",
-        "model-vocoder",
-        "tts-output-file",
-        "tts-speaker-file",
-        "n-prev",
-        "top-n-sigma",
-        "rope-freq-base",
-        "rope-freq-scale",
-        "cache-type-k",
-        "cache-type-v",
-        "no-kv-offload",
-    }
-)
-_warned: set[str] = set()
 _RECORDS = ("model", "sampling", "stopping", "options", "logging")
-
-
-def refuse_unserved_request(key: str, value: Any) -> None:
-    """Refuse a key asking for a kind of output this host cannot produce, rather than answering with
-    another kind.  ``tts: true`` asks for speech (WAV bytes in the output and ``tts-output-file``):
-    an unsupported operation.  When TTS is implemented (issue 32), ``tts`` becomes a key and this goes."""
-    if key != "tts":
-        return
-    if not isinstance(value, bool):
-        raise invalid(f"config key 'tts': got {json_type(value)} {as_json(value)}; expected true or false")
-    if value:
-        raise WasiNNError(
-            ErrorKind.UNSUPPORTED,
-            "config key 'tts': text-to-speech (OuteTTS with a WavTokenizer vocoder) is not implemented by "
-            "wasinn-host; a graph asking for it is refused rather than answering with text",
-        )
 
 
 @dataclass(frozen=True)
@@ -348,6 +354,8 @@ def _logit_bias(name: str, value: Any) -> tuple[tuple[int, float], ...]:
 
 def _coerce(spec: KeySpec, value: Any) -> Any:
     """Check one value's JSON type and range; return it as the record's Python type."""
+    if spec.convert is not None:
+        value = spec.convert(value)
     if not _type_ok(spec.kind, value):
         raise invalid(
             f"config key {spec.name!r}: got {json_type(value)} {as_json(value)}; expected {_EXPECTED[spec.kind]}"
@@ -400,19 +408,29 @@ def parse_config(text: bytes | str) -> ParsedConfig:
     groups: dict[str, dict[str, Any]] = {record: {} for record in _RECORDS}
     items = _flatten(doc)
     for key, value in items:
-        refuse_unserved_request(key, value)  # before any other key is applied or warned about
-    for key, value in items:
         spec = KEYS.get(key)
-        if spec is None:
-            if key in _NOT_IMPLEMENTED and key not in _warned:
-                _warned.add(key)
-                log.warning("config key %r is not implemented by wasinn-host and is ignored", key)
+        if spec is None:  # every key WasmEdge's plugin reads is implemented; others are not WasmEdge's either
             continue
         groups[spec.record][spec.field] = _coerce(spec, value)
+    model = groups["model"]
+    if model.get("reranking"):  # as WasmEdge: a reranker is an embedding model with rank pooling
+        model.update(embedding=True, pooling_type=POOLING_RANK)
+    if "tensor_split" in model:
+        model["tensor_split"] = parse_tensor_split(model["tensor_split"])
     sampling = groups["sampling"]
     if sampling.get("json_schema"):
         sampling["grammar"] = schema_to_grammar(sampling["json_schema"])
     return ParsedConfig(**groups, source=text)
+
+
+def parse_tensor_split(text: str) -> tuple[float, ...] | None:
+    """``"3,2"`` (WasmEdge's and llama.cpp's ``--tensor-split``) as proportions; None if it is not a
+    comma-separated list of finite numbers >= 0."""
+    try:
+        values = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        return None
+    return values if all(math.isfinite(v) and v >= 0.0 for v in values) else None
 
 
 def schema_to_grammar(schema: str) -> str:

@@ -74,6 +74,9 @@ class GenerationRequest:
     images: tuple[Any, ...] = ()
     """The prompt's images (``vision.ImageSpan``: start index, token count, libmtmd chunk); their
     positions in ``tokens`` hold placeholder ids, decoded as one image each."""
+    regenerate_images: bool = False
+    """``always-regenerate-image-embd``: no image is kept from an earlier compute (the KV cache is kept
+    only up to the first image)."""
 
 
 @dataclass

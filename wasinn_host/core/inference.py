@@ -28,9 +28,11 @@ from .generation import GenerationRequest, GenerationResult, StopReason
 from .images import place_image, split_inline_images
 from .limits import Limits
 from .ngram_drafts import draft_settings
-from .params import ContextParams, ModelParams
+from .params import POOLING_RANK, ContextParams, ModelParams
 from .registry import LoadedModel, ModelRegistry
+from .rerank import parse_rerank_input
 from .scheduler import ContextState
+from .tts_graph import FileAccess, save_speech, speak, tts_model_params, tts_prompt
 from .utf8_pieces import PieceJoiner
 
 log = logging.getLogger("wasinn_host")
@@ -79,7 +81,7 @@ def open_graph(
     bound; the model reference is dropped again if the config's per-context part is refused.
     """
     apply_logging_keys(config)  # before loading, so llama.cpp's load log is shown too
-    model = acquire(config.apply_model(ModelParams()))
+    model = acquire(tts_model_params(config.apply_model(ModelParams())))
     try:
         defaults = config.apply_context(ContextParams())
         model.weights.check_sampling(defaults.sampling)
@@ -135,7 +137,9 @@ class InferenceContext:
         "state",
         "prompt_tokens",
         "image_prompt",
+        "rerank_prompts",
         "read_image",
+        "guest_files",
         "output",
         "output_tokens",
         "last_piece",
@@ -162,8 +166,12 @@ class InferenceContext:
         """The prompt's tokens (4 bytes each: thousands of idle contexts hold their conversations compactly)."""
         self.image_prompt: Any = None
         """The ``vision.ImagePrompt`` of a prompt with images (keeps their libmtmd chunks alive)."""
+        self.rerank_prompts: list[array[int]] | None = None
+        """A reranker's (query, document) sequences of a ``/rerank`` prompt, one score each (``rerank.py``)."""
         self.read_image: Callable[[str], bytes] | None = None
         """Reads the ``image`` key's file; set by the front end (guests: through their preopened dirs)."""
+        self.guest_files: FileAccess | None = None
+        """Reads and writes a TTS graph's speaker and output files; set by the front end, as ``read_image``."""
         self.output = bytearray()
         self.output_tokens: array[int] = array("i")
         self.last_piece = b""
@@ -220,10 +228,20 @@ class InferenceContext:
         file (read by the front end's ``read_image``) become image tokens (see ``vision.py``).
         """
         self.streaming = False
+        self.rerank_prompts = None
+        if self._is_reranker() and self._set_rerank_prompt(data):
+            self.revision += 1
+            return
         if self.params.options.chat_template is not False:
             from .chat_prompt import render_chat_prompt  # Jinja, for the contexts that ask for templating
 
             data = render_chat_prompt(self.model.weights, self.params.options.chat_template, data)
+        if self.model.params.tts:  # an OuteTTS prompt (tts_graph.py)
+            weights, label = self.model.weights, self.model.label
+            self.image_prompt = None
+            self.prompt_tokens = array("i", tts_prompt(weights, data, self.params.options, self.guest_files, label))
+            self.revision += 1
+            return
         vision = getattr(self.model.weights, "vision", None)
         image_key = self.params.options.image
         if vision is None:
@@ -246,6 +264,24 @@ class InferenceContext:
             self.image_prompt = prompt if prompt.spans else None
             self.prompt_tokens = array("i", prompt.tokens)
         self.revision += 1
+
+    def _is_reranker(self) -> bool:
+        params = self.model.params
+        return params.embedding and params.pooling_type == POOLING_RANK
+
+    def _set_rerank_prompt(self, data: bytes) -> bool:
+        """Take a ``/rerank`` request's pairs as the prompt; False if ``data`` is not one."""
+        request = parse_rerank_input(data)
+        if request is None:
+            return False
+        rerank_tokens = getattr(self.model.weights, "rerank_tokens", None)
+        if rerank_tokens is None:
+            raise WasiNNError(ErrorKind.UNSUPPORTED, f"model {self.model.label}: this runtime cannot rerank")
+        query, documents = request
+        self.image_prompt = None
+        self.rerank_prompts = [array("i", rerank_tokens(query, document)) for document in documents]
+        self.prompt_tokens = array("i", [t for tokens in self.rerank_prompts for t in tokens])
+        return True
 
     def _checked_prompt(self) -> array[int]:
         if self.graph.unloaded:
@@ -273,6 +309,8 @@ class InferenceContext:
         ``on_piece`` receives each token's bytes as it is generated; without it, ``stream-stdout``
         sends them to ``stdout``, the caller's (the front end's sink for its guest's stdout).
         """
+        if self.rerank_prompts is not None:
+            return self._generate_scores(self.rerank_prompts)
         tokens = self._checked_prompt()
         self.streaming = False
         self._clear_output()
@@ -280,13 +318,25 @@ class InferenceContext:
             return self._generate_embedding(tokens)
         stop = self.params.stopping
         limit = stop.n_predict if stop.n_predict >= 0 else INT32_MAX
-        return self._run(
+        result = self._run(
             self._request(
                 tokens,
                 limit=min(limit, self.limits.max_n_predict),
                 on_piece=on_piece or (stdout if stop.stream_stdout else None),
             )
         )
+        if self.model.params.tts:
+            self._speak()
+        return result
+
+    def _speak(self) -> None:
+        """A TTS graph's generation to speech: the WAV replaces the output, the audio codes its tokens; the
+        file is written last (a failure to write it keeps the WAV in the output, as WasmEdge does)."""
+        wav, codes = speak(self.model.weights, self.output_tokens, self.model.label)
+        self.output = bytearray(wav)
+        self.output_tokens = array("i", codes)
+        self.revision += 1
+        save_speech(wav, self.params.options, self.guest_files)
 
     def _generate_embedding(self, tokens: Sequence[int]) -> GenerationResult:
         n_batch = self.model.worker.context.n_batch
@@ -295,6 +345,32 @@ class InferenceContext:
                 ErrorKind.PROMPT_TOO_LONG, f"embedding input of {len(tokens)} tokens exceeds batch-size {n_batch}"
             )
         return self._run(self._request(tokens, limit=0, embed=True))
+
+    def _generate_scores(self, prompts: list[array[int]]) -> GenerationResult:
+        """A reranker's score of each (query, document) sequence, one after the other; ``embedding`` holds them."""
+        if self.graph.unloaded:
+            raise invalid("compute on a context whose graph was unloaded")
+        limit = min(self.model.worker.context.n_batch, self.model.n_ctx_seq - PROMPT_MARGIN)
+        for i, tokens in enumerate(prompts):
+            if len(tokens) > limit:
+                raise WasiNNError(
+                    ErrorKind.PROMPT_TOO_LONG,
+                    f"rerank document {i}: {len(tokens)} tokens with the query exceed the limit of {limit} "
+                    f"(batch-size, and ctx-size - {PROMPT_MARGIN})",
+                )
+        self.streaming = False
+        self._clear_output()
+        scores: list[float] = []
+        prompt_ms = 0.0
+        result = GenerationResult()
+        for tokens in prompts:
+            result = self._run(self._request(tokens, limit=0, embed=True))
+            scores.append(result.embedding[0] if result.embedding else float("nan"))
+            prompt_ms += result.prompt_ms
+        self.embedding = scores
+        if self.last_usage is not None:
+            self.last_usage = self.last_usage._replace(prompt_ms=prompt_ms)
+        return result
 
     def stream_step(self) -> GenerationResult:
         """Generate one token (the first step starts a stream and clears the output).
@@ -347,6 +423,7 @@ class InferenceContext:
             max_output_bytes=self.limits.max_output_bytes,
             drafts=draft_settings(options),
             images=tuple(self.image_prompt.spans.values()) if self.image_prompt is not None else (),
+            regenerate_images=options.always_regenerate_image_embd,
             **kwargs,
         )
 
@@ -361,8 +438,11 @@ class InferenceContext:
         self.output_tokens.extend(result.generated)
         if result.generated:
             self.last_piece = self.model.weights.piece(result.generated[-1])
-        if request.embed and result.error is None:
-            self.embedding = normalize(result.embedding, self.params.options.embd_normalize)
+        if request.embed and result.error is None:  # a reranker's scores are not normalised
+            rank = self._is_reranker()
+            self.embedding = (
+                result.embedding if rank else normalize(result.embedding, self.params.options.embd_normalize)
+            )
         self.last_generated = len(result.generated)
         self.last_usage = Usage.of(result)
         self.revision += 1
@@ -451,6 +531,7 @@ class InferenceContext:
             self.busy
             or self.closed
             or self.image_prompt is not None
+            or self.rerank_prompts is not None
             or state.slot is not None
             or state.cancelled
             or state.closed
@@ -471,7 +552,7 @@ class InferenceContext:
             self.revision,
             self.last_used,
         )
-        shared = (self.graph, self._registry, self.limits, self.read_image, self.params)
+        shared = (self.graph, self._registry, self.limits, self.read_image, self.guest_files, self.params)
         return Frozen(
             InferenceContext,
             shared,
@@ -487,13 +568,14 @@ class InferenceContext:
             marshal.loads(blob)
         )
         self = cls.__new__(cls)
-        self.graph, self._registry, self.limits, self.read_image, self.params = shared
+        self.graph, self._registry, self.limits, self.read_image, self.guest_files, self.params = shared
         self.model = self.graph.model
         self.busy = False
         self.last_used = used
         self.state = kept if kept is not None else ContextState()
         self.prompt_tokens = None if prompt is None else _int_array(prompt)
         self.image_prompt = None
+        self.rerank_prompts = None
         self.output = bytearray(output)
         self.output_tokens = _int_array(output_tokens)
         self.last_piece = last_piece
@@ -538,9 +620,11 @@ def _effective(model: LoadedModel, field: str) -> Any:
 
 
 def _same_projector(field: str, value: Any, model: LoadedModel) -> bool:
-    """A guest's ``mmproj`` naming the loaded projector by its file name (WasmEdge's examples repeat the
-    load config in the context's metadata): not a change."""
-    return field == "mmproj" and bool(value) and Path(str(value)).name == Path(model.params.mmproj).name
+    """A guest's ``mmproj`` (or ``model-vocoder``) naming the loaded file by its name (WasmEdge's examples
+    repeat the load config in the context's metadata): not a change."""
+    if field not in ("mmproj", "vocoder") or not value:
+        return False
+    return Path(str(value)).name == Path(getattr(model.params, field)).name
 
 
 def _loaded_value(model: LoadedModel, field: str) -> str:

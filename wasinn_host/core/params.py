@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from .preload import Target
 
 DEFAULT_SEED = 0xFFFF_FFFF
+POOLING_RANK = 4
+"""llama.cpp's ``LLAMA_POOLING_TYPE_RANK``: a reranker's classification head scores each sequence."""
 
 
 @dataclass(frozen=True)
@@ -38,12 +40,54 @@ class ModelParams:
     shared KV pool; N: at most N, each with its own ``ctx-size`` cells."""
     embedding: bool = False
     flash_attn: str = "auto"
+    type_k: str = "f16"
+    """KV cache type of K (``type-k``: llama.cpp's ``--cache-type-k`` names, see ``kv_types.py``)."""
+    type_v: str = "f16"
+    """KV cache type of V (``type-v``); a quantized one needs flash attention."""
     mmproj: str = ""
     """The multimodal projector of the model's name ("" = text only): the one the host configured, or
     a file the guest named inside its preopened directories (see ``registry.py``), never another host file."""
     mmproj_from_guest: bool = False
     """``mmproj`` is a host path the front end resolved through the guest's preopened directories (set
     by the front end only: no config key reaches it)."""
+    reranking: bool = False
+    """A reranker: ``embedding`` on, ``pooling_type`` rank (the config sets both, as WasmEdge does)."""
+    pooling_type: int = -1
+    """llama.cpp's ``llama_pooling_type`` for embeddings: -1 the model's, 0 none, 1 mean, 2 CLS, 3 last, 4 rank."""
+    attention_type: int = -1
+    """llama.cpp's ``llama_attention_type`` for embeddings: -1 the model's, 0 causal, 1 non-causal."""
+    rope_scaling_type: int = -1
+    """llama.cpp's ``llama_rope_scaling_type``: -1 the model's, 0 none, 1 linear, 2 YaRN, 3 LongRoPE."""
+    rope_freq_base: float = 0.0
+    """RoPE base frequency; 0 = the model's."""
+    rope_freq_scale: float = 0.0
+    """RoPE frequency scaling factor (linear: training context / context); 0 = the model's."""
+    yarn_ext_factor: float | None = None
+    """YaRN extrapolation mix factor; None = llama.cpp's default (negative: the model's)."""
+    yarn_attn_factor: float | None = None
+    """YaRN magnitude scaling factor; None = llama.cpp's default."""
+    yarn_beta_fast: float | None = None
+    """YaRN low correction dimension; None = llama.cpp's default."""
+    yarn_beta_slow: float | None = None
+    """YaRN high correction dimension; None = llama.cpp's default."""
+    yarn_orig_ctx: int = 0
+    """YaRN original context size; 0 = the model's training context."""
+    cpu_moe: bool = False
+    """Keep every layer's mixture-of-experts expert tensors in CPU memory (a tensor-buffer override)."""
+    n_cpu_moe: int = 0
+    """Keep the expert tensors of the first N layers in CPU memory."""
+    tensor_split: tuple[float, ...] = ()
+    """Proportion of the model offloaded to each GPU, in device order (empty: llama.cpp's choice)."""
+    split_mode: str = "layer"
+    """How a model is split over several GPUs: ``none``, ``layer`` or ``row``."""
+    no_kv_offload: bool = False
+    """Keep the KV cache (and the attention over it) in CPU memory when layers are offloaded."""
+    tts: bool = False
+    """Text to speech (OuteTTS): prompts become OuteTTS prompts and the output a WAV file (``tts_graph.py``)."""
+    vocoder: str = ""
+    """The WavTokenizer vocoder of a ``tts`` graph: a file the guest named inside its preopened directories."""
+    vocoder_from_guest: bool = False
+    """``vocoder`` is a host path the front end resolved through the guest's preopened directories."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +123,10 @@ class SamplingParams:
     grammar_first: bool = False
     """Mask with the grammar before every draw instead of only after the chain's draw is refused."""
     n_probs: int = 0
+    top_n_sigma: float = -1.0
+    """Keep the tokens within this many standard deviations of the top logit (<= 0: off)."""
+    n_prev: int = 64
+    """Tokens of history llama.cpp's ``common_sampler`` keeps for its text of previous tokens (no effect on draws)."""
 
     @property
     def greedy(self) -> bool:
@@ -120,9 +168,15 @@ class PromptOptions:
     draft_p_min: float = 0.0
     spec_ngram_size_n: int = 3
     spec_ngram_size_m: int = 48
+    always_regenerate_image_embd: bool = False
+    """Decode the prompt's images on every compute instead of keeping them in the KV cache between computes."""
     path_prompt_cache: str = ""
     """The entry of the host's prompt cache this context's prompts are saved under (a name inside the
     cache directory, never a host path; "" = named by content; ignored without a cache)."""
+    tts_output_file: str = "output.wav"
+    """Where a ``tts`` graph's WAV is written, as the guest names it (inside its preopened directories)."""
+    tts_speaker_file: str = ""
+    """An OuteTTS speaker profile (JSON) for a ``tts`` graph's prompts, as the guest names it; "" = the default."""
 
 
 @dataclass(frozen=True)

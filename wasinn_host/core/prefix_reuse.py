@@ -23,7 +23,7 @@ def reusable(job: Job, slot: Slot) -> int:
     keep = common_prefix(slot.kv, job.tokens) if request.cache_prompt and not request.embed else 0
     keep = min(keep, len(job.tokens) - 1)
     for span in job.images.values():  # never keep part of an image: it is decoded whole
-        if span.start < keep < span.start + span.n_tokens:
+        if span.start < keep < span.start + span.n_tokens or (request.regenerate_images and span.start < keep):
             keep = span.start
     return keep
 

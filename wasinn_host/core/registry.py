@@ -25,6 +25,7 @@ from typing import Callable, ClassVar, Iterable
 
 from .errors import ErrorKind, WasiNNError
 from .kv_sizing import MAX_SEQUENCES, grown_layout, kv_layout
+from .kv_types import cache_layout
 from .limits import physical_memory
 from .model_path import check_model_path
 from .params import ModelParams
@@ -120,14 +121,14 @@ def _open_model(
     cache = None
     if prompt_cache is not None:  # before loading: the identity is the file as it is now
         try:
-            identity = model_identity(str(key[0]), str(key[1]), runtime.commit, params.flash_attn)
+            identity = model_identity(str(key[0]), str(key[1]), runtime.commit, cache_layout(params))
             cache = prompt_cache.for_model(identity)
         except OSError:  # the file went away: the load below says so
             cache = None
     weights = runtime.load_model(path, params)
     try:
         n_ctx_seq = params.ctx_size or min(weights.n_ctx_train or MAX_DEFAULT_CTX, MAX_DEFAULT_CTX)
-        cell_bytes = runtime.kv_cache_bytes(weights, 1)
+        cell_bytes = runtime.kv_cache_bytes(weights, 1, params)
         layout = kv_layout(params, n_ctx_seq, cell_bytes, make_room, label)
         context = runtime.new_context(weights, params, layout)
     except BaseException:

@@ -168,8 +168,9 @@ class Runtime(Protocol):
     def new_context(self, model: Any, params: ModelParams, layout: KvLayout) -> Context:
         """A context on a model this runtime loaded."""
 
-    def kv_cache_bytes(self, model: Any, n_ctx: int) -> int:
-        """Bytes of KV cache for ``n_ctx`` cells of a model this runtime loaded."""
+    def kv_cache_bytes(self, model: Any, n_ctx: int, params: ModelParams) -> int:
+        """Bytes of KV cache for ``n_ctx`` cells of a model this runtime loaded, of the cache types
+        (``type-k``, ``type-v``) ``params`` name."""
 
     def check_model_file(self, path: Path) -> None:
         """Refuse (invalid argument) an untrusted file before it is loaded in this process."""

@@ -413,8 +413,8 @@ class ModelWorker:
         planned: list[tuple[Job, int]] = []
         for job in sorted(self._active, key=lambda j: j.pending):
             pending = job.pending
-            if pending <= 0 or budget <= 0:
-                continue
+            if pending <= 0 or budget <= 0 or (job.request.embed and pending > budget):
+                continue  # an embedding's sequence is pooled whole: decoded in one batch or not yet
             take = min(pending, budget)
             budget -= take
             planned.append((job, take))
@@ -438,11 +438,12 @@ class ModelWorker:
             if take <= 0:
                 continue
             last = start + take == len(job.tokens)
+            wants = last and (job.request.embed or len(job.result.generated) < job.request.limit)
             index = -1
             shift = start - job.position(start) if job.images else 0
             for offset in range(take):
                 at = start + offset
-                index = batch.add(job.tokens[at], at - shift, slot.seq_id, last and offset == take - 1)
+                index = batch.add(job.tokens[at], at - shift, slot.seq_id, wants and offset == take - 1)
             slot.kv.extend(job.tokens[start : start + take])
             self.prompt_tokens_decoded += max(0, min(start + take, len(job.request.tokens)) - start)
             job.logits_index = index if last else -1

@@ -53,6 +53,7 @@ class HandleTables(GuestScope):
         self.calls: Counter[str] = Counter()
         """How many times the guest called each import, by name (kept after :meth:`close`)."""
         self._image_reader: Callable[[str], bytes] | None = None
+        self._guest_files: Any = None
         """The ``read_image`` every context of this Store shares (one per Store, not one per context)."""
         self._current: ExecutionContext | None = None
         """The context the guest named last: the only one that keeps its metadata JSON cached."""
@@ -115,9 +116,9 @@ class HandleTables(GuestScope):
         inner = graph.open_context()
         local: Any = inner  # a local context reads its ``image`` key's file; a remote one has no reader
         if self._image_reader is not None and hasattr(local, "read_image"):
-            local.read_image = self._image_reader
+            local.read_image, local.guest_files = self._image_reader, self._guest_files
         elif give_image_reader(local, self.dirs):
-            self._image_reader = local.read_image
+            self._image_reader, self._guest_files = local.read_image, local.guest_files
         return self.add_context(ExecutionContext(graph, inner, self.stdout))
 
     def check_graph_room(self) -> None:

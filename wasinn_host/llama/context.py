@@ -8,14 +8,22 @@ non-consecutive positions), so callers (``core/scheduler.py``) keep those invari
 from __future__ import annotations
 
 import ctypes
+import logging
 
 from ..core.errors import ErrorKind, WasiNNError
+from ..core.kv_types import GGML_TYPES, check_flash_attn
 from ..core.params import ModelParams, SamplingParams
 from ..core.runtime import KvLayout
 from .bindings import llama_cpp
+from .buffers import context_buffers, max_outputs
+from .context_params import set_embedding_and_rope
+from .load_errors import load_failure_cause
+from .log import capture_llama_log
 from .model import LlamaModel, default_threads, kv_cache_bytes
 from .sampler import Sampler
 from .vision import ImageSpan
+
+log = logging.getLogger("wasinn_host")
 
 
 class Batch:
@@ -25,10 +33,13 @@ class Batch:
         self.capacity = capacity
         self.raw = llama_cpp.llama_batch_init(capacity, 0, 1)
         self.n = 0
+        self.n_outputs = 0
+        """Tokens whose logits the batch asks for (llama.cpp's output rows)."""
 
     def clear(self) -> None:
         """Empty the batch."""
         self.n = 0
+        self.n_outputs = 0
 
     def add(self, token: int, pos: int, seq_id: int, want_logits: bool) -> int:
         """Append a token; return its index in the batch (for sampling its logits)."""
@@ -40,6 +51,7 @@ class Batch:
         raw.seq_id[i][0] = seq_id
         raw.logits[i] = want_logits
         self.n = i + 1
+        self.n_outputs += want_logits
         return i
 
     def close(self) -> None:
@@ -59,6 +71,8 @@ class LlamaContext:
         cparams.n_ctx = layout.n_cells
         cparams.n_batch = params.batch_size
         cparams.n_ubatch = min(params.ubatch_size, params.batch_size)
+        if params.embedding:  # a pooled sequence must be in one ubatch (llama.cpp's embedding example)
+            cparams.n_ubatch = params.batch_size
         cparams.n_seq_max = n_seq
         threads = params.threads if params.threads > 0 else default_threads()
         cparams.n_threads = threads
@@ -71,11 +85,19 @@ class LlamaContext:
             "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
             "disabled": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
         }.get(params.flash_attn, llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO)
-        ctx = llama_cpp.llama_init_from_model(model.ptr, cparams)
+        set_embedding_and_rope(cparams, params)
+        check_flash_attn(params.type_v, params.flash_attn)
+        cparams.type_k, cparams.type_v = GGML_TYPES[params.type_k], GGML_TYPES[params.type_v]
+        if not cparams.embeddings:  # an embedding context outputs every token (llama.cpp's default then)
+            cparams.n_outputs_max = max_outputs(n_seq)
+        info: list[str] = []
+        with capture_llama_log(info) as problems:
+            ctx = llama_cpp.llama_init_from_model(model.ptr, cparams)
         if not ctx:
+            cause = f": {load_failure_cause(problems)}" if problems else ""
             raise WasiNNError(
                 ErrorKind.INVALID_ARGUMENT,
-                f"llama.cpp could not create a context of {cparams.n_ctx} tokens for {str(model.path)!r}",
+                f"llama.cpp could not create a context of {cparams.n_ctx} tokens for {str(model.path)!r}{cause}",
             )
         self.ptr = ctx
         self.model = model
@@ -84,7 +106,15 @@ class LlamaContext:
         self.n_batch: int = llama_cpp.llama_n_batch(ctx)
         self.memory = llama_cpp.llama_get_memory(ctx)
         self.threads = threads
-        self.kv_bytes = kv_cache_bytes(model, cparams.n_ctx)
+        self.n_outputs_max: int = cparams.n_outputs_max or self.n_batch
+        """The most logits rows one batch may ask for (llama.cpp aborts the process beyond it)."""
+        self.buffers: dict[str, int] = context_buffers(info)
+        """Bytes of the KV cache, output buffer and compute buffers llama.cpp allocated (its log)."""
+        self.kv_bytes = self.buffers.get("kv") or kv_cache_bytes(model, cparams.n_ctx, params.type_k, params.type_v)
+        self.n_embd_out: int = model.n_embd
+        """Floats of one sequence's embedding: a reranker's classes (``n_cls_out``) with rank pooling."""
+        if llama_cpp.llama_pooling_type(ctx) == llama_cpp.LLAMA_POOLING_TYPE_RANK:
+            self.n_embd_out = max(int(llama_cpp.llama_model_n_cls_out(model.ptr)), 1)
 
     def decode_image(self, span: ImageSpan, pos: int, seq_id: int) -> int:
         """Encode an image of the prompt and decode its embeddings into ``seq_id`` at ``pos`` (0 = done)."""
@@ -105,7 +135,13 @@ class LlamaContext:
         return top_probabilities(self, batch_index, n)
 
     def decode(self, batch: Batch) -> int:
-        """Run one ``llama_decode``; 0 on success (llama.cpp's return code otherwise)."""
+        """Run one ``llama_decode``; 0 on success (llama.cpp's return code otherwise; -1, as llama.cpp
+        answers an invalid batch, for more logits rows than the context has room for)."""
+        if batch.n_outputs > self.n_outputs_max:
+            log.error(
+                "a batch asks for %d logits rows; the context has room for %d", batch.n_outputs, self.n_outputs_max
+            )
+            return -1
         batch.raw.n_tokens = batch.n
         return int(llama_cpp.llama_decode(self.ptr, batch.raw))
 
@@ -149,10 +185,12 @@ class LlamaContext:
         llama_cpp.llama_memory_seq_add(self.memory, seq_id, keep + discard, -1, -discard)
 
     def embeddings(self, seq_id: int, batch_index: int) -> list[float]:
-        """The pooled embedding of a sequence, or the given token's if there is no pooling."""
+        """The pooled embedding of a sequence (a reranker's scores with rank pooling), or the given token's
+        if there is no pooling."""
         ptr = llama_cpp.llama_get_embeddings_seq(self.ptr, seq_id)
-        if not ptr:
-            ptr = llama_cpp.llama_get_embeddings_ith(self.ptr, batch_index)
+        if ptr:
+            return list(ptr[: self.n_embd_out])
+        ptr = llama_cpp.llama_get_embeddings_ith(self.ptr, batch_index)
         if not ptr:
             raise WasiNNError(ErrorKind.RUNTIME_ERROR, "llama.cpp returned no embedding")
         return list(ptr[: self.model.n_embd])

@@ -39,6 +39,8 @@ class GgufLayout:
     """The rest (token embedding, which stays on the CPU, and any other tensors)."""
     tied_bytes: int = 0
     """The embedding bytes counted in ``output_bytes`` as well when the output matrix is tied."""
+    has_classifier: bool = False
+    """A classification head (``cls.*`` tensors): what rank pooling (a reranker) scores with."""
 
     @property
     def architecture(self) -> str:
@@ -127,9 +129,10 @@ def _parse(r: _Reader, type_size: TypeSize) -> GgufLayout:
             metadata[key] = value
     layers: dict[int, int] = {}
     output = other = embedding = 0
-    has_output_matrix = False
+    has_output_matrix = has_classifier = False
     for _ in range(n_tensors):
         name = r.string()
+        has_classifier = has_classifier or name.startswith("cls.")
         dims = [r.unpack("<Q") for _ in range(r.unpack("<I"))]
         block, block_bytes = type_size(r.unpack("<I"))
         r.unpack("<Q")  # offset
@@ -148,4 +151,4 @@ def _parse(r: _Reader, type_size: TypeSize) -> GgufLayout:
             if name == "token_embd.weight":
                 embedding = size
     tied = 0 if has_output_matrix else embedding  # llama.cpp puts a copy on the output layer's device
-    return GgufLayout(metadata, layers, output + tied, other, tied)
+    return GgufLayout(metadata, layers, output + tied, other, tied, has_classifier)

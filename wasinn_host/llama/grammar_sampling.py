@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from .bindings import llama_cpp
@@ -90,6 +91,21 @@ class Candidates:
         return int(self.data["id"][index])
 
 
+_per_thread = threading.local()
+
+
+def shared_candidates(n_vocab: int) -> Candidates:
+    """The calling thread's candidates array for a vocabulary of ``n_vocab`` tokens (12 bytes per token,
+    and 4 of its ids: 4 MiB for Gemma 3), made once.  A model's worker thread samples for all its
+    execution contexts, one at a time, and a sampler uses the array only within one ``sample`` call, so
+    every sampler of the thread shares it instead of holding its own."""
+    arrays: dict[int, Candidates] = _per_thread.__dict__.setdefault("arrays", {})
+    candidates = arrays.get(n_vocab)
+    if candidates is None:
+        candidates = arrays[n_vocab] = Candidates(n_vocab)
+    return candidates
+
+
 class OneToken:
     """The grammar's check of a single token (``common_sampler_sample``'s one-token array)."""
 
@@ -136,7 +152,7 @@ class GreedySampler:
         self.pre = pre
         self.grammar = grammar
         self.n_vocab = n_vocab
-        self.candidates = Candidates(n_vocab) if pre is not None else None
+        self.candidates = shared_candidates(n_vocab) if pre is not None else None
         self._check = OneToken(grammar) if grammar is not None else None
         self.rejections = 0
         """Tokens the unconstrained choice picked and the grammar refused."""
@@ -248,7 +264,7 @@ class GrammarSampler:
         self.tail = tail
         self.top_k = top_k
         self.grammar_first = grammar_first
-        self.candidates = Candidates(n_vocab)
+        self.candidates = shared_candidates(n_vocab)
         self._check = OneToken(grammar)
         self.draws = 0
         """Steps that drew from the unconstrained candidates (every step unless ``grammar_first``)."""

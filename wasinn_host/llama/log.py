@@ -24,6 +24,7 @@ _initialised = False
 CAPTURE_LOCK = threading.Lock()
 """Held while llama.cpp's log or stderr is being captured (one capture at a time)."""
 _captured: list[str] | None = None
+_captured_info: list[str] | None = None
 
 
 @llama_cpp.llama_log_callback
@@ -33,6 +34,8 @@ def route_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
         message = text.decode("utf-8", "replace").rstrip("\n")
         if _captured is not None and level >= 3:
             _captured.append(message.strip())
+        elif _captured_info is not None and level == 2:
+            _captured_info.append(message.strip())
         if message:
             llama_log.log(_LEVELS.get(level, logging.DEBUG), "%s", message)
     except Exception:  # never raise into C
@@ -40,16 +43,17 @@ def route_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
 
 
 @contextlib.contextmanager
-def capture_llama_log() -> Iterator[list[str]]:
-    """Collect llama.cpp's warnings and errors during a call (to explain a failure in one line)."""
-    global _captured
+def capture_llama_log(info: list[str] | None = None) -> Iterator[list[str]]:
+    """Collect llama.cpp's warnings and errors during a call (to explain a failure in one line), and its
+    information lines into ``info`` if given (the buffer sizes it reports when it creates a context)."""
+    global _captured, _captured_info
     with CAPTURE_LOCK:
         lines: list[str] = []
-        _captured = lines
+        _captured, _captured_info = lines, info
         try:
             yield lines
         finally:
-            _captured = None
+            _captured = _captured_info = None
 
 
 def init_backend() -> None:

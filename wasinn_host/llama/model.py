@@ -9,7 +9,8 @@ import os
 from pathlib import Path
 
 from ..core.errors import ErrorKind, WasiNNError
-from ..core.params import ModelParams, SamplingParams
+from ..core.kv_types import GGML_TYPES
+from ..core.params import POOLING_RANK, ModelParams, SamplingParams
 from ..core.runtime import DEFAULT_SEQUENCES, MAX_DEFAULT_CTX
 from . import devices
 from .bindings import llama_cpp
@@ -17,8 +18,10 @@ from .gguf_layout import read_layout
 from .load_errors import load_failure_cause
 from .log import capture_llama_log, init_backend, route_llama_log
 from .offload import ModelSizes, choose_gpu_layers, fit_gpu_layers
+from .placement import set_placement
 from .sampler import check_sampling
 from .vision import Vision
+from .vocoder import Vocoder
 
 log = logging.getLogger("wasinn_host")
 
@@ -65,6 +68,12 @@ class LlamaModel:
     def __init__(self, path: Path, params: ModelParams) -> None:
         init_backend()
         self.path = path
+        if params.pooling_type == POOLING_RANK and not read_layout(path, devices.type_size).has_classifier:
+            raise WasiNNError(
+                ErrorKind.INVALID_ARGUMENT,
+                f"model file {path.name!r} has no classification head (cls.* tensors), so it cannot rerank: "
+                "'reranking' (rank pooling) needs a reranker model",
+            )
         mparams = llama_cpp.llama_model_default_params()
         self.n_gpu_layers: int = gpu_layers(path, params)
         """The layers offloaded, as chosen from the target or ``n-gpu-layers`` (-1 = all)."""
@@ -76,8 +85,10 @@ class LlamaModel:
             )
         else:
             mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_MLOCK if params.use_mlock else llama_cpp.LLAMA_LOAD_MODE_NONE
+        placement = set_placement(mparams, params)  # the arrays it points to live until the load returns
         with capture_llama_log() as lines:
             model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
+        del placement
         if not model:
             cause = load_failure_cause(lines)
             raise WasiNNError(ErrorKind.INVALID_ARGUMENT, f"llama.cpp could not load model file {str(path)!r}: {cause}")
@@ -87,18 +98,29 @@ class LlamaModel:
         self.n_ctx_train: int = llama_cpp.llama_model_n_ctx_train(model)
         self.n_embd: int = llama_cpp.llama_model_n_embd(model)
         self.size_bytes: int = llama_cpp.llama_model_size(model)
+        self.kv_shape: tuple[int, int, int] = kv_shape(model)
+        """(layers, K values, V values) of one KV cell (see :func:`kv_cache_bytes`)."""
         self.bos: int = llama_cpp.llama_vocab_bos(self.vocab)
         self.eos: int = llama_cpp.llama_vocab_eos(self.vocab)
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
         self.vision: Vision | None = None
         """The multimodal projector loaded with the model (``mmproj``), if the host configured one."""
+        self.vocoder: Vocoder | None = None
+        """The WavTokenizer vocoder of a TTS graph (``tts`` with ``model-vocoder``)."""
         if params.mmproj:
             try:
                 with capture_llama_log():
                     threads = params.threads if params.threads > 0 else default_threads()
                     on_gpu = self.n_gpu_layers != 0 and devices.can_offload()  # the projector follows the model
                     self.vision = Vision(Path(params.mmproj), model, threads, route_llama_log, on_gpu)
+            except BaseException:
+                self.close()
+                raise
+        if params.tts:
+            try:
+                threads = params.threads if params.threads > 0 else default_threads()
+                self.vocoder = Vocoder(Path(params.vocoder), threads, max(params.batch_size, params.ubatch_size))
             except BaseException:
                 self.close()
                 raise
@@ -122,6 +144,26 @@ class LlamaModel:
         if n < 0:
             raise WasiNNError(ErrorKind.RUNTIME_ERROR, f"tokenization failed ({n})")
         return list(buf[:n])
+
+    def rerank_tokens(self, query: bytes, document: bytes) -> list[int]:
+        """The tokens a reranker scores for one (query, document) pair, as llama-server's
+        ``format_prompt_rerank``: the model's ``rerank`` chat template with ``{query}`` and ``{document}``
+        filled in, or else BOS, query, EOS, SEP, document, EOS (each special token where the
+        vocabulary adds it; SEP stands in for a missing EOS)."""
+        template = llama_cpp.llama_model_chat_template(self.ptr, b"rerank")
+        if template:
+            prompt = template.replace(b"{query}", query).replace(b"{document}", document)
+            return self.tokenize(prompt, add_special=False, parse_special=True)
+        vocab = self.vocab
+        sep = int(llama_cpp.llama_vocab_sep(vocab))
+        eos = self.eos if self.eos != llama_cpp.LLAMA_TOKEN_NULL else sep
+        add_eos = bool(llama_cpp.llama_vocab_get_add_eos(vocab))
+        tokens = [self.bos] if llama_cpp.llama_vocab_get_add_bos(vocab) else []
+        tokens += self.tokenize(query, add_special=False, parse_special=False)
+        tokens += [eos] if add_eos else []
+        tokens += [sep] if llama_cpp.llama_vocab_get_add_sep(vocab) else []
+        tokens += self.tokenize(document, add_special=False, parse_special=False)
+        return tokens + ([eos] if add_eos else [])
 
     def piece(self, token: int) -> bytes:
         """The bytes of one token, special tokens rendered (cached)."""
@@ -155,7 +197,10 @@ class LlamaModel:
         check_sampling(self, params)
 
     def close(self) -> None:
-        """Free the projector and the weights."""
+        """Free the projector, the vocoder and the weights."""
+        if self.vocoder is not None:
+            self.vocoder.close()
+            self.vocoder = None
         if self.vision is not None:
             self.vision.close()
             self.vision = None
@@ -164,10 +209,36 @@ class LlamaModel:
             self.ptr = None
 
 
-def kv_cache_bytes(model: LlamaModel, n_ctx: int) -> int:
-    """F16 K and V cells for every layer (llama.cpp's default cache type)."""
-    n_layer = llama_cpp.llama_model_n_layer(model.ptr)
-    n_head = max(llama_cpp.llama_model_n_head(model.ptr), 1)
-    n_head_kv = llama_cpp.llama_model_n_head_kv(model.ptr)
-    n_embd_kv = model.n_embd // n_head * n_head_kv
-    return 2 * n_layer * n_ctx * n_embd_kv * 2
+def kv_cache_bytes(model: LlamaModel, n_ctx: int, type_k: str = "f16", type_v: str = "f16") -> int:
+    """K and V cells of every layer for ``n_ctx`` cells, each of its cache type (``kv_types.py``'s names;
+    f16 is llama.cpp's default), as llama.cpp allocates them with a full-size sliding-window cache (its
+    default): per layer a row of ``n_head_kv`` heads of the key (value) length, which a model may set
+    apart from ``n_embd / n_head`` (Gemma 3: 256 against 160)."""
+    n_layer, k_width, v_width = model.kv_shape
+    return n_layer * n_ctx * (_row_bytes(type_k, k_width) + _row_bytes(type_v, v_width))
+
+
+def _row_bytes(name: str, width: int) -> int:
+    """Bytes of ``width`` values of a KV cache type (ggml's block size and bytes per block)."""
+    block, block_bytes = devices.type_size(GGML_TYPES[name])
+    return -(-width // block) * block_bytes
+
+
+def kv_shape(model_ptr: ctypes.c_void_p) -> tuple[int, int, int]:
+    """(layers, K values per cell and layer, V values per cell and layer) of a loaded model: the heads of
+    the KV cache times the key and value lengths of its GGUF metadata (``n_embd / n_head`` without them)."""
+    n_layer = llama_cpp.llama_model_n_layer(model_ptr)
+    n_head = max(llama_cpp.llama_model_n_head(model_ptr), 1)
+    n_head_kv = llama_cpp.llama_model_n_head_kv(model_ptr)
+    head = llama_cpp.llama_model_n_embd(model_ptr) // n_head
+    arch = _meta(model_ptr, "general.architecture")
+    k_len = int(_meta(model_ptr, f"{arch}.attention.key_length") or head)
+    v_len = int(_meta(model_ptr, f"{arch}.attention.value_length") or head)
+    return n_layer, k_len * n_head_kv, v_len * n_head_kv
+
+
+def _meta(model_ptr: ctypes.c_void_p, key: str) -> str:
+    """A GGUF metadata value as text ("" if the model has no such key)."""
+    buf = ctypes.create_string_buffer(256)
+    n = llama_cpp.llama_model_meta_val_str(model_ptr, key.encode(), buf, len(buf))
+    return buf.value.decode("utf-8", "replace") if n >= 0 else ""

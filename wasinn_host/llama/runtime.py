@@ -33,9 +33,9 @@ class LlamaRuntime:
         """A context laid out as ``layout`` says."""
         return LlamaContext(model, params, layout)
 
-    def kv_cache_bytes(self, model: LlamaModel, n_ctx: int) -> int:
-        """Bytes of KV cache for ``n_ctx`` cells."""
-        return kv_cache_bytes(model, n_ctx)
+    def kv_cache_bytes(self, model: LlamaModel, n_ctx: int, params: ModelParams) -> int:
+        """Bytes of KV cache for ``n_ctx`` cells of the cache types ``params`` name."""
+        return kv_cache_bytes(model, n_ctx, params.type_k, params.type_v)
 
     def check_model_file(self, path: Path) -> None:
         """Load an untrusted file in a child process first (llama.cpp aborts on some files)."""

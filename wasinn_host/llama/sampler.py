@@ -40,7 +40,7 @@ class Sampler:
     """A context's sampling, built from :class:`SamplingParams` as llama.cpp's ``common_sampler_init``
     builds its chain (what WasmEdge's GGML plugin and llama-server use).
 
-    logit bias -> penalties -> DRY -> top-k -> typical -> top-p -> min-p -> XTC -> temperature
+    logit bias -> penalties -> DRY -> top-n-sigma -> top-k -> typical -> top-p -> min-p -> XTC -> temperature
     (dynamic if ``dynatemp-range`` > 0) -> distribution; with mirostat 1/2: logit bias -> temperature
     -> mirostat (no penalties, DRY or truncation, as llama.cpp).  Stages whose settings make them
     no-ops are left out.  A grammar is not in the chain: a
@@ -70,7 +70,8 @@ class Sampler:
             self.greedy = GreedySampler(_chain(pre) if pre else None, grammar, model.n_vocab)
             return
         assert grammar is not None
-        top_k = params.top_k if params.mirostat == 0 else 0
+        # top-n-sigma, before top-k, measures the spread of every allowed logit: no top-k shortcut then
+        top_k = params.top_k if params.mirostat == 0 and params.top_n_sigma <= 0 else 0
         self.grammar = GrammarSampler(
             _chain(pre) if pre else None,
             grammar,
@@ -205,8 +206,9 @@ def _pre_stages(model: LlamaModel, p: SamplingParams, n_ctx_seq: int) -> list[ct
 
 
 def _draw_stages(model: LlamaModel, p: SamplingParams) -> list[ctypes.c_void_p]:
-    """The stages that choose, in ``common_sampler_init``'s order: truncation (top-k first), temperature and
-    the draw; or temperature and mirostat."""
+    """The stages that choose, in ``common_sampler_init``'s order: truncation (top-n-sigma, top-k ...),
+    temperature and the draw; or temperature and mirostat.  (``n-prev`` sizes the history
+    ``common_sampler`` keeps for its text of previous tokens, which no stage reads.)"""
     if p.mirostat == 1:
         return [
             llama_cpp.llama_sampler_init_temp(p.temp),
@@ -219,6 +221,8 @@ def _draw_stages(model: LlamaModel, p: SamplingParams) -> list[ctypes.c_void_p]:
         ]
     stages = []
     min_keep = p.min_keep
+    if p.top_n_sigma > 0:
+        stages.append(llama_cpp.llama_sampler_init_top_n_sigma(p.top_n_sigma))
     if p.top_k > 0:
         stages.append(llama_cpp.llama_sampler_init_top_k(p.top_k))
     if p.typ_p < 1.0:

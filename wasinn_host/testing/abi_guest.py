@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Sequence
 
 import wasmtime
 
@@ -67,13 +68,13 @@ class AbiGuest:
     memory: wasmtime.Memory
 
     @classmethod
-    def create(cls, nn: WasiNN, memory_pages: int = 2) -> "AbiGuest":
-        """Instantiate the guest in a new Store attached to ``nn``."""
+    def create(cls, nn: WasiNN, memory_pages: int = 2, dirs: Sequence[tuple[str, str]] = ()) -> "AbiGuest":
+        """Instantiate the guest in a new Store attached to ``nn`` (with ``dirs`` as its preopened directories)."""
         engine = nn.engine
         linker = wasmtime.Linker(engine)
         nn.add_to_linker(linker)
         store = wasmtime.Store(engine)
-        nn.attach(store)
+        nn.attach(store, dirs=dirs)
         module = wasmtime.Module(engine, bytes(wasmtime.wat2wasm(abi_guest_wat(memory_pages))))
         instance = linker.instantiate(store, module)
         memory = instance.exports(store)["memory"]

@@ -48,6 +48,7 @@ import math
 import os
 import pathlib
 from dataclasses import dataclass
+from typing import Callable
 
 import gguf
 import numpy as np
@@ -187,6 +188,8 @@ def write_llama_gguf(
     chat_template: str | None = None,
     arch: str = "llama",
     rope_sections: tuple[int, int, int, int] | None = None,
+    extra: Callable[[gguf.GGUFWriter], None] | None = None,
+    add_eos: bool = False,
 ) -> pathlib.Path:
     """Write a llama-architecture GGUF with an SPM vocabulary, atomically.
 
@@ -194,7 +197,8 @@ def write_llama_gguf(
     everything else (norms, biases) as F32.  Used for the test models and by
     ``scripts/train_demo_model.py`` for the demo model.  ``arch`` names another llama-shaped
     architecture (``"qwen2vl"``: the tensors must include the attention biases, and
-    ``rope_sections`` gives its M-RoPE sections).
+    ``rope_sections`` gives its M-RoPE sections).  ``extra`` writes further keys (another
+    architecture's); ``add_eos`` makes tokenization append EOS (``tokenizer.ggml.add_eos_token``).
     """
     out = pathlib.Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -227,10 +231,12 @@ def write_llama_gguf(
         writer.add_eot_token_id(vocab.eot_id)
     writer.add_unk_token_id(vocab.unk_id)
     writer.add_add_bos_token(True)
-    writer.add_add_eos_token(False)
+    writer.add_add_eos_token(add_eos)
     writer.add_add_space_prefix(False)
     if chat_template is not None:
         writer.add_chat_template(chat_template)
+    if extra is not None:
+        extra(writer)
     for tensor_name, data in tensors.items():
         matrix = data.ndim == 2
         writer.add_tensor(tensor_name, data.astype(np.float16 if f16 and matrix else np.float32))

@@ -90,14 +90,24 @@ class NativeModel:
 
     # -- decoding -----------------------------------------------------------------------------
 
-    def context(self, n_ctx: int = CTX, embeddings: bool = False, n_seq: int = 1, threads: int = 0) -> Any:
+    def context(
+        self,
+        n_ctx: int = CTX,
+        embeddings: bool = False,
+        n_seq: int = 1,
+        threads: int = 0,
+        cparams: dict[str, Any] | None = None,
+    ) -> Any:
         """A context of ``n_seq`` sequences of ``n_ctx`` cells each, as the host makes them (``n_batch``
-        2048, ``n_ubatch`` 512, one KV stream per sequence), on ``threads`` threads (0: the model's)."""
+        2048, ``n_ubatch`` 512, one KV stream per sequence), on ``threads`` threads (0: the model's);
+        ``cparams``: further ``llama_context_params`` fields (``rope_freq_scale`` ...)."""
         params = llama_cpp.llama_context_default_params()
         params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = n_ctx * n_seq, 2048, 512, n_seq
         params.n_threads = params.n_threads_batch = threads or self.threads
         params.kv_unified = False
         params.embeddings = embeddings
+        for field, value in (cparams or {}).items():
+            setattr(params, field, value)
         ctx = llama_cpp.llama_init_from_model(self.model, params)
         if not ctx:
             raise RuntimeError(f"llama.cpp could not create a context of {n_ctx} cells")
@@ -124,11 +134,18 @@ class NativeModel:
         return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, index), shape=(self.n_vocab,)).copy()
 
     def _run(
-        self, prompt: list[int], n_predict: int, pick: Callable[[Any], int], n_ctx: int, split: int, n_keep: int
+        self,
+        prompt: list[int],
+        n_predict: int,
+        pick: Callable[[Any], int],
+        n_ctx: int,
+        split: int,
+        n_keep: int,
+        cparams: dict[str, Any] | None = None,
     ) -> list[int]:
         """Decode ``prompt`` (in two batches at ``split`` if it is not 0), then ``pick`` a token and decode
         it until ``n_predict`` tokens or an end-of-generation token (included)."""
-        ctx = self.context(n_ctx)
+        ctx = self.context(n_ctx, cparams=cparams)
         memory = llama_cpp.llama_get_memory(ctx)
         batch = llama_cpp.llama_batch_init(2048, 0, 1)
         out: list[int] = []
@@ -163,17 +180,25 @@ class NativeModel:
         n_ctx: int = CTX,
         split: int = 0,
         n_keep: int = -1,
+        cparams: dict[str, Any] | None = None,
     ) -> list[int]:
         """Tokens after ``prompt`` (the end-of-generation token included) through a chain of ``stages``
         (default: greedy alone; the chain takes and frees them).  ``split``: decode the prompt in two
         batches, before and after that index.  ``n_keep`` >= 0: shift the context as the host does when
-        it is full (keep ``n_keep`` tokens, drop half of the rest, move the others back)."""
+        it is full (keep ``n_keep`` tokens, drop half of the rest, move the others back).  ``cparams``: further
+        context parameters (see :meth:`context`)."""
         chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
         for stage in stages or [llama_cpp.llama_sampler_init_greedy()]:
             llama_cpp.llama_sampler_chain_add(chain, stage)
         try:
             return self._run(
-                prompt, n_predict, lambda ctx: int(llama_cpp.llama_sampler_sample(chain, ctx, -1)), n_ctx, split, n_keep
+                prompt,
+                n_predict,
+                lambda ctx: int(llama_cpp.llama_sampler_sample(chain, ctx, -1)),
+                n_ctx,
+                split,
+                n_keep,
+                cparams,
             )
         finally:
             llama_cpp.llama_sampler_free(chain)
