@@ -2,7 +2,7 @@
 # Run ON THE LENT GPU MACHINE, through the device tool, with the folder scripts/gpu/prepare_device.sh made
 # carried (carry [".gpu/device"]; the command: scripts/gpu/on_device.sh). Nothing can be fetched there:
 #
-#   1. the carried wheels installed without an index (pip --no-index --no-deps --target)
+#   1. the carried wheels, and the project itself, installed without an index (pip --no-index --no-deps --target)
 #   2. llama-cpp-python 0.3.36 built from the carried sdist with -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90
 #      on every core (the image's scikit-build-core, CMake, ninja and nvcc; no build isolation)
 #   3. wasinn info --json; the GPU tests (tests/gpu, pytest -m gpu) and the CPU-build checks beside them
@@ -64,7 +64,7 @@ if ((dry)); then
     py=$venv/bin/python
     # the device image's packages (not part of the recipe): from the index, here only
     "$py" -m pip install --quiet numpy jinja2 typing-extensions pyyaml tqdm requests pytest hypothesis \
-        prometheus-client scikit-build-core || exit 2
+        prometheus-client scikit-build-core setuptools wheel || exit 2
     cmake_args=""
     sizes=(--tokens 8 --runs 1)
     concurrency=(--n 2,4 --prefix-tokens 64 --ttft-runs 1)
@@ -89,7 +89,9 @@ rm -rf "$logs" && mkdir -p "$logs"
 steps=$logs/steps.jsonl
 
 step install_wheels 120 "$py" -m pip install --no-index --no-deps --no-compile --target "$site" "$dir"/wheels/*.whl
-export PYTHONPATH=$site:$root
+# the project itself, for its metadata (version, the pytest plugin's entry point); the code runs from the tree
+step install_project 120 "$py" -m pip install --no-index --no-deps --no-build-isolation --no-compile --target "$site" .
+export PYTHONPATH=$root:$site
 
 # the build: cached by the sdist's hash and the CMake arguments (a fresh device has no cache)
 key=$(cat "$sdist" <(echo "$cmake_args") | sha256sum | cut -c1-16)

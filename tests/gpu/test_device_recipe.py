@@ -46,6 +46,7 @@ pytestmark = [
 ]
 STEPS = [
     "install_wheels",
+    "install_project",
     "install_llama_cpp",
     "info",
     "gpu_tests",
