@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Run ON THE LENT GPU MACHINE, through the device tool, with the folder scripts/gpu/prepare_device.sh made
+# carried (carry [".gpu/device"]; the command: scripts/gpu/on_device.sh). Nothing can be fetched there:
+#
+#   1. the carried wheels, and the project itself, installed without an index (pip --no-index --no-deps --target)
+#   2. llama-cpp-python 0.3.36 built from the carried sdist with -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90
+#      on every core (the image's scikit-build-core, CMake, ninja and nvcc; no build isolation)
+#   3. wasinn info --json; the GPU tests (tests/gpu, pytest -m gpu) and the CPU-build checks beside them
+#   4. the benchmarks, GPU against native llama.cpp on the same GPU: single stream (bench_host.py),
+#      8/32/64 guests against batched decoding and prefix reuse (bench_concurrency.py), wasinn serve over
+#      a unix socket against in-process (bench_rpc.py), a model that does not fit (device_bench.py fit)
+#
+# Everything lands under $OUT (the device tool brings it back): on_device.log (all output),
+# figures.json (each step's seconds, exit status and output, the build time, the devices; rewritten after
+# every step, so a call cut off at its limit still brings back what was done), info.json,
+# gpu-tests.xml (four files: the tool brings back eight at most). A step that fails is recorded and the
+# next one still runs; the script's status is that of the GPU tests. It aims to finish inside one call's
+# 10 minutes; if the build leaves too little, call it again at once: the build is cached in
+# /tmp/wasinn-build, which lives as long as the machine stays warm (30 s after a call).
+#
+#   scripts/gpu/on_device.sh --dry-run    here, without a GPU: a fresh Python 3.12 virtual environment
+#       with the packages the device's image has (fetched from the index: that is the image, not the
+#       recipe), the carried wheels installed exactly as on the device, llama-cpp-python built for the CPU
+#       from the carried sdist (cached in .gpu/dry-run by the sdist's hash), then steps 3 and 4 in small
+#       sizes. $OUT defaults to .gpu/out.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+dir=${WASINN_DEVICE_DIR:-.gpu/device}
+dry=0
+[[ ${1:-} == --dry-run ]] && dry=1
+out=${OUT:-$root/.gpu/out}
+mkdir -p "$out"
+exec > >(tee "$out/on_device.log") 2>&1
+started=$(date +%s)
+
+# step NAME TIMEOUT CMD...: run, time, record in $steps (the device tool brings back 8 files of $OUT at most)
+step() {
+    local name=$1 limit=$2 t0 rc
+    shift 2
+    echo "== $name: $*"
+    t0=$(date +%s.%N)
+    timeout "$limit" "$@" >"$logs/$name.txt" 2>&1
+    rc=$?
+    cat "$logs/$name.txt"
+    python3 scripts/gpu/record_step.py "$steps" "$out" "$name" "$rc" "$t0" "$logs/$name.txt" "$started" "$dry"
+    echo "== $name: exit $rc"
+    return "$rc"
+}
+
+sdist=$(ls "$dir"/llama_cpp_python-*.tar.gz) || { echo "no sdist in $dir: run scripts/gpu/prepare_device.sh here first"; exit 2; }
+if ((dry)); then
+    # the device's Python: python3.12 on the PATH, else pyenv's (WASINN_DRY_RUN_PYTHON overrides)
+    python=${WASINN_DRY_RUN_PYTHON:-}
+    for candidate in python3.12 "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12; do
+        [[ -z $python ]] && "$candidate" --version >/dev/null 2>&1 && python=$candidate
+    done
+    [[ -n $python ]] || { echo "on_device --dry-run: no python3.12 here"; exit 2; }
+    cache=$root/.gpu/dry-run
+    site=$cache/site
+    venv=$cache/venv
+    rm -rf "$venv" "$site"
+    "$python" -m venv "$venv" || exit 2
+    py=$venv/bin/python
+    # the device image's packages (not part of the recipe): from the index, here only
+    "$py" -m pip install --quiet numpy jinja2 typing-extensions pyyaml tqdm requests pytest hypothesis \
+        prometheus-client scikit-build-core setuptools wheel || exit 2
+    cmake_args=""
+    sizes=(--tokens 8 --runs 1)
+    concurrency=(--n 2,4 --prefix-tokens 64 --ttft-runs 1)
+    fit_args=(--over 0.25 --n-parallel 4 --tokens 8)
+    model_size=small
+    build_limit=3600  # 2 shared cores: the CPU build takes 7 minutes alone, far longer under load
+else
+    py=python3
+    site=/tmp/wasinn-site
+    cache=/tmp/wasinn-build
+    cmake_args="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90"
+    sizes=(--tokens 256 --runs 3 --threads 8)
+    concurrency=(--n 1,8,32,64 --threads 8)
+    fit_args=(--tokens 64)
+    model_size=1b
+    build_limit=540
+    nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version --format=csv || true
+fi
+mkdir -p "$site" "$cache"
+logs=$cache/steps
+rm -rf "$logs" && mkdir -p "$logs"
+steps=$logs/steps.jsonl
+
+step install_wheels 120 "$py" -m pip install --no-index --no-deps --no-compile --target "$site" "$dir"/wheels/*.whl
+# the project itself, for its metadata (version, the pytest plugin's entry point); the code runs from the tree
+step install_project 120 "$py" -m pip install --no-index --no-deps --no-build-isolation --no-compile --target "$site" .
+export PYTHONPATH=$root:$site
+
+# the build: cached by the sdist's hash and the CMake arguments (a fresh device has no cache)
+key=$(cat "$sdist" <(echo "$cmake_args") | sha256sum | cut -c1-16)
+wheel=$(ls "$cache/$key"/llama_cpp_python-*.whl 2>/dev/null | head -1)
+if [[ -z $wheel ]]; then
+    mkdir -p "$cache/$key"
+    step build_llama_cpp "$build_limit" env CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+        "$py" -m pip wheel --no-index --no-deps --no-build-isolation -w "$cache/$key" "$sdist"
+    wheel=$(ls "$cache/$key"/llama_cpp_python-*.whl 2>/dev/null | head -1)
+fi
+[[ -n $wheel ]] || { echo "on_device: the llama-cpp-python build failed"; exit 3; }
+step install_llama_cpp 120 "$py" -m pip install --no-index --no-deps --no-compile --target "$site" "$wheel"
+
+step info 120 bash -c '"$1" -m wasinn_host info --json >"$2" && cat "$2"' info "$py" "$out/info.json"
+step gpu_tests 300 "$py" -m pytest -q -rs -p no:cacheprovider --junitxml="$out/gpu-tests.xml" \
+    --ignore=tests/gpu/test_device_recipe.py tests/gpu tests/llama/test_gpu.py tests/llama/test_offload.py
+tests_rc=$?
+
+bench=$cache/bench
+mkdir -p "$bench"
+step bench_model 300 "$py" scripts/gpu/device_bench.py model "$bench/model.gguf" --size "$model_size"
+step bench_single_stream 240 "$py" scripts/benchmarks/bench_host.py --model "$bench/model.gguf" --no-grammar \
+    --calls 2000 "${sizes[@]}"
+step bench_concurrency 300 "$py" scripts/benchmarks/bench_concurrency.py --model "$bench/model.gguf" \
+    "${concurrency[@]}" "${sizes[@]:0:2}"
+step bench_rpc 240 "$py" scripts/benchmarks/bench_rpc.py --model "$bench/model.gguf" --calls 500 "${sizes[@]}"
+step bench_does_not_fit 240 "$py" scripts/gpu/device_bench.py fit "$bench/model.gguf" "${fit_args[@]}"
+
+echo "on_device: done in $(($(date +%s) - started)) s; figures in $out/figures.json"
+exit "$tests_rc"
