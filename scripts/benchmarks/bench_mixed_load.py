@@ -306,18 +306,20 @@ def fairness(model: Path, module: wasmtime.Module, args: argparse.Namespace) -> 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=1, help="chunked/unchunked pairs, alternating (default 1)")
+    parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads (default 2)")
     parser.add_argument("--budget", type=float, default=3.0, help="prefill-step-budget of the chunked runs")
-    parser.add_argument("--streams", type=int, default=7)
-    parser.add_argument("--stream-tokens", type=int, default=160)
-    parser.add_argument("--long-tokens", type=int, default=2300)
-    parser.add_argument("--start-after", type=int, default=16)
-    parser.add_argument("--fairness", action="store_true")
-    parser.add_argument("--guests", type=int, default=64)
-    parser.add_argument("--max-queue", type=int, default=16)
-    parser.add_argument("--n-parallel", type=int, default=16)
-    parser.add_argument("--fair-tokens", type=int, default=48)
+    parser.add_argument("--streams", type=int, default=7, help="streaming guests (default 7)")
+    parser.add_argument("--stream-tokens", type=int, default=160, help="tokens each stream generates (default 160)")
+    parser.add_argument("--long-tokens", type=int, default=2300, help="letters of the long prompt (default 2300)")
+    parser.add_argument(
+        "--start-after", type=int, default=16, help="stream tokens before the long prompt starts (default 16)"
+    )
+    parser.add_argument("--fairness", action="store_true", help="measure fairness under overload instead")
+    parser.add_argument("--guests", type=int, default=64, help="fairness: guests at once (default 64)")
+    parser.add_argument("--max-queue", type=int, default=16, help="fairness: max-queue (default 16)")
+    parser.add_argument("--n-parallel", type=int, default=16, help="fairness: n-parallel (default 16)")
+    parser.add_argument("--fair-tokens", type=int, default=48, help="fairness: tokens per guest (default 48)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         model = write_random_model(Path(tmp) / "random.gguf", context_length=4096)
