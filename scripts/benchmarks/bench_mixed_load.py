@@ -30,7 +30,7 @@ refused.  Printed: how many were refused at their first step (``compute_single``
 for the admitted ones tokens per second (from start to last token, and from first to last token):
 median, min, max and max/median.
 
-Usage: ``python scripts/benchmarks/bench_mixed_load.py [--runs 1] [--threads 2] [--budget 3]
+Usage: ``python scripts/benchmarks/bench_mixed_load.py [--runs 1] [--threads 2] [--budget 8]
 [--streams 7] [--stream-tokens 160] [--long-tokens 2300] [--fairness [--guests 64] [--max-queue 16]]``.
 Take figures on an idle machine: a process sharing the cores makes every gap longer and far noisier.
 """
@@ -54,6 +54,7 @@ import wasmtime
 
 from wasinn_host import Limits, ModelRegistry, RunOptions, WasiNN
 from wasinn_host.backend.successor import CHAR_TOKEN_OFFSET
+from wasinn_host.core.prefill_budget import DEFAULT_STEP_BUDGET
 from wasinn_host.core.scheduler import ModelWorker
 from wasinn_host.testing.gguf_models import write_random_model
 
@@ -308,7 +309,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=1, help="chunked/unchunked pairs, alternating (default 1)")
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads (default 2)")
-    parser.add_argument("--budget", type=float, default=3.0, help="prefill-step-budget of the chunked runs")
+    parser.add_argument(
+        "--budget", type=float, default=DEFAULT_STEP_BUDGET, help="prefill-step-budget of the chunked runs (default 8)"
+    )
     parser.add_argument("--streams", type=int, default=7, help="streaming guests (default 7)")
     parser.add_argument("--stream-tokens", type=int, default=160, help="tokens each stream generates (default 160)")
     parser.add_argument("--long-tokens", type=int, default=2300, help="letters of the long prompt (default 2300)")
