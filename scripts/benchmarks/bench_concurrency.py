@@ -53,7 +53,6 @@ import statistics
 import string
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +60,7 @@ from pathlib import Path
 import llama_cpp
 import wasmtime
 from guests_together import run_together
+from peak_rss import PeakRss, rss_bytes
 
 from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.core.scheduler import ModelWorker
@@ -78,40 +78,6 @@ ALPHABET = string.ascii_letters
 
 
 # -- helpers -------------------------------------------------------------------------
-
-
-def rss_bytes() -> int:
-    """Resident memory of this process (VmRSS) in bytes."""
-    with open("/proc/self/status", "rb") as status:
-        for line in status:
-            if line.startswith(b"VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-class PeakRss:
-    """Samples VmRSS in a background thread while in a ``with`` block; ``peak`` is the maximum."""
-
-    def __init__(self, interval_s: float = 0.002) -> None:
-        self.interval_s = interval_s
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, rss_bytes())
-            self._stop.wait(self.interval_s)
-
-    def __enter__(self) -> "PeakRss":
-        self.peak = rss_bytes()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, rss_bytes())
 
 
 def random_prompts(rng: random.Random, count: int, length: int) -> list[str]:

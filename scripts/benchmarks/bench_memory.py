@@ -36,12 +36,12 @@ import logging
 import random
 import string
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from guests_together import run_together
+from peak_rss import PeakRss, rss_bytes
 
 from wasinn_host import Limits, ModelRegistry, WasiNN
 from wasinn_host.core.kv_sizing import MAX_SEQUENCES
@@ -52,15 +52,6 @@ GUEST = ROOT / "guest_examples" / "complete.wasm"
 ALIAS = "bench"
 TARGET = 0.15
 MIB = 1 << 20
-
-
-def rss_bytes() -> int:
-    """Resident memory of this process (VmRSS) in bytes."""
-    with open("/proc/self/status", "rb") as status:
-        for line in status:
-            if line.startswith(b"VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def mapped_rss(path: Path) -> int:
@@ -75,31 +66,6 @@ def mapped_rss(path: Path) -> int:
             elif inside and fields[0] == "Rss:":
                 total += int(fields[1]) * 1024
     return total
-
-
-class PeakRss:
-    """Samples VmRSS in a background thread while in a ``with`` block; ``peak`` is the maximum."""
-
-    def __init__(self, interval_s: float = 0.002) -> None:
-        self.interval_s = interval_s
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, rss_bytes())
-            self._stop.wait(self.interval_s)
-
-    def __enter__(self) -> PeakRss:
-        self.peak = rss_bytes()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, rss_bytes())
 
 
 class _MallInfo(ctypes.Structure):

@@ -248,7 +248,7 @@ def write_llama_gguf(
     return out
 
 
-def _layer_tensor_shapes(shape: LlamaShape) -> dict[str, tuple[int, ...]]:
+def layer_tensor_shapes(shape: LlamaShape) -> dict[str, tuple[int, ...]]:
     """Per-layer tensor names (without the ``blk.N.`` prefix) and their PyTorch shapes."""
     d, f = shape.n_embd, shape.n_ff
     return {
@@ -303,7 +303,7 @@ def _successor_tensors(shape: LlamaShape, logit_gap: float) -> dict[str, np.ndar
         "output.weight": _successor_output(shape, logit_gap),
     }
     for layer in range(shape.n_layer):
-        for name, dims in _layer_tensor_shapes(shape).items():
+        for name, dims in layer_tensor_shapes(shape).items():
             fill = np.ones if name.endswith("norm.weight") else np.zeros
             tensors[f"blk.{layer}.{name}"] = fill(dims, dtype=np.float32)
     return tensors
@@ -355,7 +355,7 @@ def _random_tensors(shape: LlamaShape, seed: int, logit_std: float = 3.0) -> dic
     residual = 1.0 / math.sqrt(2 * shape.n_layer)
     tensors: dict[str, np.ndarray] = {"token_embd.weight": uniform((shape.n_vocab, d), 1.0)}
     for layer in range(shape.n_layer):
-        for name, dims in _layer_tensor_shapes(shape).items():
+        for name, dims in layer_tensor_shapes(shape).items():
             if name.endswith("norm.weight"):
                 data = np.ones(dims, dtype=np.float32)
             else:

@@ -29,7 +29,7 @@ import gguf
 import numpy as np
 import orjson
 
-from .gguf_models import SUCCESSOR_HEAD_DIM, LlamaShape, Vocab, _build_vocab, write_llama_gguf
+from .gguf_models import SUCCESSOR_HEAD_DIM, LlamaShape, Vocab, _build_vocab, layer_tensor_shapes, write_llama_gguf
 
 N_CODES = 64
 """Audio codes of the tiny models (the codebook of the vocoder)."""
@@ -111,18 +111,7 @@ def write_outetts_model(
         "output_norm.weight": np.ones(n_embd, dtype=np.float32),
         "output.weight": output,
     }
-    d, f = n_embd, shape.n_ff
-    for name, dims in {
-        "attn_norm.weight": (d,),
-        "attn_q.weight": (d, d),
-        "attn_k.weight": (d, d),
-        "attn_v.weight": (d, d),
-        "attn_output.weight": (d, d),
-        "ffn_norm.weight": (d,),
-        "ffn_gate.weight": (f, d),
-        "ffn_up.weight": (f, d),
-        "ffn_down.weight": (d, f),
-    }.items():
+    for name, dims in layer_tensor_shapes(shape).items():
         fill = np.ones if name.endswith("norm.weight") else np.zeros
         tensors[f"blk.0.{name}"] = fill(dims, dtype=np.float32)
     template = "outetts-0.3" if version == "0.3" else None
