@@ -88,13 +88,10 @@ def test_a_long_prompt_beside_streaming_guests_under_the_budget(nn: WasiNN, tmp_
     """Budget 1: every text is the successor model's own (``run_mixed`` checks them) and the prompt is all
     decoded.  How the prompt is cut depends on when the streams step on this machine (a stream between two
     steps, one re-decoding after losing its sequence), so the exact chunks are checked on the fake runtime
-    (``tests/core/test_prefill_steps.py``); here, when the first chunk was decoded beside generating
-    streams and the budget cut it, it is the one token a step always gives."""
-    worker, batches = run_mixed(nn, tmp_path, budget=1.0)
+    (``tests/core/test_prefill_steps.py``)."""
+    _worker, batches = run_mixed(nn, tmp_path, budget=1.0)
     steps = long_prompt_steps(batches)
     assert sum(take for take, _ in steps) >= 200, steps
-    if worker.capped_prompt_steps:
-        assert min(take for take, others in steps if others) <= 3, steps
 
 
 def test_without_the_budget_the_long_prompt_takes_one_batch(nn: WasiNN, tmp_path: pathlib.Path) -> None:

@@ -100,7 +100,9 @@ def test_scores_are_llama_cpps_rank_pooling(nn: WasiNN, reference: Reference) ->
         scores = session.rerank(QUERY, DOCUMENTS)
         assert session.metadata["input_tokens"] == sum(len(reference.pair(QUERY, d)) for d in DOCUMENTS)
     expected = [reference.scores(reference.pair(QUERY, d))[0] for d in DOCUMENTS]
-    assert scores == expected
+    # the host scores the documents in one batch, the reference one per context: other matrix shapes,
+    # which another CPU's kernels may round differently (docs/development/numerics.md)
+    assert scores == pytest.approx(expected, rel=1e-5, abs=1e-7)
     assert len(set(scores)) == len(DOCUMENTS) and all(0.0 < s < 1.0 for s in scores), "P(yes) of each document"
     assert llama_cpp.llama_model_n_cls_out(reference.model) == len(LABELS)
 
@@ -122,7 +124,7 @@ def test_a_wasmedge_style_guest_gets_scores_through_wasinn_run(
     output = json.loads(result.stdout)
     assert result.stdout.startswith('{"n_embedding": 3, "embedding": [')
     expected = [reference.scores(reference.pair(QUERY, d))[0] for d in DOCUMENTS[:3]]
-    assert output["embedding"] == [float(format(s, ".10g")) for s in expected]
+    assert output["embedding"] == pytest.approx(expected, rel=1e-5, abs=1e-7)  # printed with 10 digits
 
 
 def test_a_prompt_the_guest_formatted_itself_is_one_sequence(nn: WasiNN, reference: Reference) -> None:
@@ -145,7 +147,7 @@ def test_the_models_rerank_template_formats_each_pair(nn: WasiNN, models: dict[s
     finally:
         ref.close()
     with nn.session("rrt", LOAD) as session:
-        assert session.rerank(QUERY, DOCUMENTS[:2]) == expected
+        assert session.rerank(QUERY, DOCUMENTS[:2]) == pytest.approx(expected, rel=1e-5, abs=1e-7)
 
 
 @pytest.mark.parametrize(

@@ -270,6 +270,7 @@ class ModelWorker:
 
     def _do_releases(self) -> None:
         for state in self._releases:
+            self.paused_streams.lost_sequence(state)  # a closed stream asks for no next token
             for job in [j for j in self._active if j.state is state]:  # closed mid-computation
                 self._finish(job, StopReason.FINALISED)
             self._idle.pop(state, None)
@@ -486,7 +487,8 @@ class ModelWorker:
         paused = 0
         if prompts and self.prefill_step_budget > 0:
             paused = self.paused_streams.count(time.perf_counter(), {job.state for job in jobs})
-        if prompts and self.prefill_step_budget > 0 and (planned or paused):
+        generating = any(not job.request.embed for job, _ in planned)  # an embedding samples nothing
+        if prompts and self.prefill_step_budget > 0 and (generating or paused):
             self._plan_with_limit(planned, prompts, paused)
         else:
             pending = [(self._seq(job), job.pending) for job in prompts]
@@ -501,10 +503,14 @@ class ModelWorker:
     def _plan_with_limit(self, planned: list[tuple[Job, int]], prompts: list[Job], paused: int) -> None:
         """Add the drafts of the generating jobs to ``planned``, then the prompt chunks that keep the
         step within the budget, highest priority and earliest request first."""
-        left = self._batch.capacity - sum(take for _, take in planned)
+        # each prompt may finish in this step and ask for a logits row: the drafts leave room for those
+        # rows (a batch may ask for at most the context's n_outputs_max rows)
+        left = self._batch.capacity - sum(take for _, take in planned) - len(prompts)
         speculation.plan_drafts(planned, left, self.n_ctx_seq, self.decode_cost)
         base = sorted((self._seq(job), take + len(job.draft)) for job, take in planned)
-        plain = sorted((self._seq(job), 1 + len(job.draft)) for job, _ in planned)  # a stream re-decoding: 1
+        plain = sorted(  # a stream re-decoding: 1; an embedding decoded beside them is not their step
+            (self._seq(job), 1 + len(job.draft)) for job, _ in planned if not job.request.embed
+        )
         cost = self.budget_cost
         limit = prefill_budget.step_limit(plain, paused, cost, self.prefill_step_budget, len(prompts))
         prompts.sort(key=lambda j: (-j.request.priority, j.order))
