@@ -30,7 +30,6 @@ from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.core.config import parse_config, schema_to_grammar
 from wasinn_host.core.inference import InferenceContext
 from wasinn_host.core.params import ContextParams, SamplingParams
-from wasinn_host.llama import context as host_context
 from wasinn_host.llama import sampler as host_sampler
 from wasinn_host.llama.grammar_sampling import GrammarSampler, GreedySampler, allowed_indices
 from wasinn_host.llama.piece_trie import PieceTrie
@@ -180,23 +179,6 @@ def vocabs() -> Iterator[dict[str, Any]]:
     yield {name: llama_cpp.llama_model_get_vocab(model) for name, model in models.items()}
     for model in models.values():
         llama_cpp.llama_model_free(model)
-
-
-@pytest.fixture
-def recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple[np.ndarray, int]]:
-    """Every (logits, token) the host's samplers see and choose during the test."""
-    steps: list[tuple[np.ndarray, int]] = []
-    original = host_sampler.Sampler.sample
-
-    def sample(self: host_sampler.Sampler, ctx: host_context.LlamaContext, batch_index: int) -> int:
-        raw = llama_cpp.llama_get_logits_ith(ctx.ptr, batch_index)
-        logits = np.ctypeslib.as_array(raw, shape=(ctx.model.n_vocab,)).copy()
-        token = original(self, ctx, batch_index)
-        steps.append((logits, token))
-        return token
-
-    monkeypatch.setattr(host_sampler.Sampler, "sample", sample)
-    return steps
 
 
 def host_run(nn: WasiNN, name: str, config: dict[str, Any], prompt: str) -> tuple[list[int], Any]:

@@ -17,8 +17,6 @@ import numpy as np
 import pytest
 
 from wasinn_host import ModelRegistry, WasiNN
-from wasinn_host.llama import context as host_context
-from wasinn_host.llama import sampler as host_sampler
 from wasinn_host.llama.bindings import llama_cpp
 from wasinn_host.llama.grammar_sampling import GrammarSampler
 from wasinn_host.testing.gguf_models import write_random_model
@@ -49,23 +47,6 @@ def vocabs(model_path: pathlib.Path) -> Iterator[dict[str, Any]]:
     model = llama_cpp.llama_model_load_from_file(str(model_path).encode(), params)
     yield {"r": llama_cpp.llama_model_get_vocab(model)}
     llama_cpp.llama_model_free(model)
-
-
-@pytest.fixture
-def recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple[np.ndarray, int]]:
-    """Every (logits, token) the host's samplers see and choose (as the sampler-order tests record them)."""
-    steps: list[tuple[np.ndarray, int]] = []
-    original = host_sampler.Sampler.sample
-
-    def sample(self: host_sampler.Sampler, ctx: host_context.LlamaContext, batch_index: int) -> int:
-        raw = llama_cpp.llama_get_logits_ith(ctx.ptr, batch_index)
-        logits = np.ctypeslib.as_array(raw, shape=(ctx.model.n_vocab,)).copy()
-        token = original(self, ctx, batch_index)
-        steps.append((logits, token))
-        return token
-
-    monkeypatch.setattr(host_sampler.Sampler, "sample", sample)
-    return steps
 
 
 def kept_by_sigma(logits: np.ndarray, n: float) -> int:
