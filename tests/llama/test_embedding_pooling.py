@@ -5,11 +5,10 @@ shape (one sequence, ``n_ubatch`` = ``n_batch``, the same threads): the same cal
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Iterator
 
 import pytest
 
-from wasinn_host import ModelRegistry, WasiNN
+from wasinn_host import WasiNN
 from wasinn_host.llama.bindings import llama_cpp
 from wasinn_host.testing.gguf_models import write_random_model
 from wasinn_host.testing.native_llama import NativeModel
@@ -23,20 +22,6 @@ TEXT = b"The quick brown fox jumps over the lazy dog"
 def model_path(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     folder = tmp_path_factory.mktemp("pooling")
     return write_random_model(folder / "small.gguf", n_layer=2, n_embd=64, n_head=4, n_ff=128, f16=False)
-
-
-@pytest.fixture(scope="module")
-def nn(model_path: pathlib.Path) -> Iterator[WasiNN]:
-    registry = ModelRegistry([f"m:GGML:AUTO:{model_path}"])
-    yield WasiNN(registry=registry)
-    registry.close()
-
-
-@pytest.fixture(scope="module")
-def native(model_path: pathlib.Path) -> Iterator[NativeModel]:
-    model = NativeModel(model_path)
-    yield model
-    model.close()
 
 
 def reference(native: NativeModel, pooling: int, attention: int) -> list[float]:

@@ -5,12 +5,11 @@ the same context parameters (decoded alone, the same calls), and other text than
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from wasinn_host import ModelRegistry, WasiNN
+from wasinn_host import WasiNN
 from wasinn_host.testing.gguf_models import write_random_model
 from wasinn_host.testing.native_llama import NativeModel
 
@@ -28,20 +27,6 @@ def model_path(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     return write_random_model(
         folder / "short.gguf", n_layer=2, n_embd=64, n_head=4, n_ff=128, context_length=TRAIN_CTX, f16=False
     )
-
-
-@pytest.fixture(scope="module")
-def nn(model_path: pathlib.Path) -> Iterator[WasiNN]:
-    registry = ModelRegistry([f"m:GGML:AUTO:{model_path}"])
-    yield WasiNN(registry=registry)
-    registry.close()
-
-
-@pytest.fixture(scope="module")
-def native(model_path: pathlib.Path) -> Iterator[NativeModel]:
-    model = NativeModel(model_path)
-    yield model
-    model.close()
 
 
 def host_tokens(nn: WasiNN, keys: dict[str, Any]) -> list[int]:
