@@ -4,33 +4,36 @@ from __future__ import annotations
 
 import pytest
 
-from wasinn_host.core.draft_budget import DecodeCost, passes
+from wasinn_host.core.draft_budget import passes
 from wasinn_host.core.prefill_budget import MIN_PROMPT_TOKENS, PausedStreams, prompt_takes, step_limit
+from wasinn_host.core.step_cost import Entry, StepCost, batch_cells
 
 pytestmark = pytest.mark.fast
 
-SEVEN = [(seq, 1) for seq in range(7)]
-"""Seven generating sequences, one token each."""
+SEVEN: list[Entry] = [(seq, 1, 0) for seq in range(7)]
+"""Seven generating sequences, one token each, at the start of their sequences."""
 
 
-def fitted(fixed: float, per_token: float) -> DecodeCost:
-    """A cost model fitted to decodes that cost exactly ``fixed * passes + per_token * n``."""
-    cost = DecodeCost()
-    for n, n_passes in ((1, 1), (8, 1), (16, 2), (40, 3), (4, 2)):
-        cost.record(n, n_passes, fixed * n_passes + per_token * n)
-    assert cost.fit() == pytest.approx((fixed, per_token))
+def fitted(fixed: float, per_token: float, per_cell: float = 0.0) -> StepCost:
+    """A cost model fitted to decodes that cost exactly ``fixed * passes + per_token * n + per_cell * cells``."""
+    cost = StepCost()
+    for n, n_passes, cells in ((1, 1, 10), (8, 1, 40), (16, 2, 900), (40, 3, 300), (4, 2, 4000)):
+        cost.record(n, n_passes, cells, fixed * n_passes + per_token * n + per_cell * cells)
+    assert cost.fit() == pytest.approx((fixed, per_token, per_cell), abs=1e-12)
     return cost
 
 
-def step_cost(counts: list[tuple[int, int]], cost: DecodeCost) -> float:
-    ordered = sorted(counts)
-    return cost.seconds(sum(n for _, n in ordered), passes(ordered))
+def step_cost(entries: list[Entry], cost: StepCost) -> float:
+    ordered = sorted(entries)
+    return cost.seconds(sum(n for _, n, _ in ordered), passes([(s, n) for s, n, _ in ordered]), batch_cells(ordered))
 
 
 CPU = fitted(0.004, 0.001)
 """A pass over the weights costs four tokens' compute (a small model on a CPU)."""
 GPU = fitted(0.006, 0.00001)
 """A token is nearly free beside the pass."""
+ATTENDING = fitted(0.004, 0.001, 0.000001)
+"""As CPU, and each token costs a microsecond per cell it attends."""
 
 
 def test_no_limit_when_off_or_nobody_generates() -> None:
@@ -41,45 +44,68 @@ def test_no_limit_when_off_or_nobody_generates() -> None:
 def test_the_limit_is_a_multiple_of_the_plain_step_including_paused_streams() -> None:
     assert step_limit(SEVEN, 0, CPU, 3.0) == pytest.approx(3 * (0.004 + 7 * 0.001))
     assert step_limit(SEVEN[:4], 3, CPU, 3.0) == pytest.approx(3 * (0.004 + 7 * 0.001))
-    assert step_limit([(0, 1), (3, 1)], 0, CPU, 2.0) == pytest.approx(2 * (2 * 0.004 + 2 * 0.001))
+    assert step_limit([(0, 1, 0), (3, 1, 0)], 0, CPU, 2.0) == pytest.approx(2 * (2 * 0.004 + 2 * 0.001))
 
 
 def test_no_limit_when_more_guests_wait_for_their_prompts_than_generate() -> None:
-    assert step_limit([(0, 1)], 0, CPU, 3.0, prompts=1) == step_limit([(0, 1)], 0, CPU, 3.0)
-    assert step_limit([(0, 1)], 0, CPU, 3.0, prompts=2) is None  # a leader and followers of a shared prefix
-    assert step_limit([(0, 1)], 1, CPU, 3.0, prompts=2) is not None  # a paused stream counts as generating
+    assert step_limit([(0, 1, 0)], 0, CPU, 3.0, prompts=1) == step_limit([(0, 1, 0)], 0, CPU, 3.0)
+    assert step_limit([(0, 1, 0)], 0, CPU, 3.0, prompts=2) is None  # a leader and followers of a shared prefix
+    assert step_limit([(0, 1, 0)], 1, CPU, 3.0, prompts=2) is not None  # a paused stream counts as generating
     assert step_limit(SEVEN, 0, CPU, 3.0, prompts=7) is not None
 
 
 def test_a_prompt_beside_generating_sequences_takes_what_the_limit_allows() -> None:
     limit = step_limit(SEVEN, 0, CPU, 3.0)
     assert limit is not None
-    (take,) = prompt_takes(SEVEN, [(7, 2300)], 505, CPU, limit)
+    (take,) = prompt_takes(SEVEN, [(7, 2300, 0)], 505, CPU, limit)
     # 7 + take tokens in two passes (the prompt's chunk after the first token is a pass of its own)
-    assert take == 18 and step_cost([*SEVEN, (7, take + 1)], CPU) > limit
+    assert take == 18 and step_cost([*SEVEN, (7, take + 1, 0)], CPU) > limit
 
 
 def test_a_gpu_like_cost_lets_the_whole_batch_through() -> None:
     limit = step_limit(SEVEN, 0, GPU, 3.0)
-    assert prompt_takes(SEVEN, [(7, 2300)], 505, GPU, limit) == [505]
+    assert prompt_takes(SEVEN, [(7, 2300, 0)], 505, GPU, limit) == [505]
 
 
 def test_without_a_limit_prompts_take_the_batch_in_order() -> None:
-    assert prompt_takes([], [(0, 2300)], 512, CPU, None) == [512]
-    assert prompt_takes(SEVEN, [(7, 30), (8, 600)], 505, CPU, None) == [30, 475]
+    assert prompt_takes([], [(0, 2300, 0)], 512, CPU, None) == [512]
+    assert prompt_takes(SEVEN, [(7, 30, 0), (8, 600, 0)], 505, CPU, None) == [30, 475]
 
 
 def test_prompts_share_the_limit_in_the_order_given() -> None:
     limit = step_limit(SEVEN, 0, CPU, 4.0)
-    first, second = prompt_takes(SEVEN, [(7, 10), (8, 300)], 505, CPU, limit)
+    first, second = prompt_takes(SEVEN, [(7, 10, 0), (8, 300, 0)], 505, CPU, limit)
     assert first == 10 and second > 0
-    assert step_cost([*SEVEN, (7, first), (8, second)], CPU) <= limit * (1 + 1e-9)  # type: ignore[operator]
-    assert step_cost([*SEVEN, (7, first), (8, second + 1)], CPU) > limit  # type: ignore[operator]
+    assert step_cost([*SEVEN, (7, first, 0), (8, second, 0)], CPU) <= limit * (1 + 1e-9)  # type: ignore[operator]
+    assert step_cost([*SEVEN, (7, first, 0), (8, second + 1, 0)], CPU) > limit  # type: ignore[operator]
 
 
 def test_the_first_prompt_always_progresses() -> None:
     tight = step_limit(SEVEN, 0, CPU, 1.0)
-    assert prompt_takes(SEVEN, [(7, 300), (8, 300)], 505, CPU, tight) == [MIN_PROMPT_TOKENS, 0]
+    assert prompt_takes(SEVEN, [(7, 300, 0), (8, 300, 0)], 505, CPU, tight) == [MIN_PROMPT_TOKENS, 0]
+
+
+def test_a_chunk_late_in_a_long_prompt_is_smaller_when_attended_cells_cost() -> None:
+    streams: list[Entry] = [(seq, 1, 100) for seq in range(7)]
+    limit = step_limit(streams, 0, ATTENDING, 8.0)
+    assert limit is not None
+    early, late = (prompt_takes(streams, [(7, 2300, start)], 505, ATTENDING, limit)[0] for start in (0, 2000))
+    assert 0 < late < early
+    for start, take in ((0, early), (2000, late)):  # each the most that keeps the step within the limit
+        assert step_cost([*streams, (7, take, start)], ATTENDING) <= limit * (1 + 1e-9)
+        assert step_cost([*streams, (7, take + 1, start)], ATTENDING) > limit
+    # without the cells' cost the late chunk would be as large as the early one
+    cpu_limit = step_limit(streams, 0, CPU, 8.0)
+    assert prompt_takes(streams, [(7, 2300, 2000)], 505, CPU, cpu_limit) == prompt_takes(
+        streams, [(7, 2300, 0)], 505, CPU, cpu_limit
+    )
+
+
+def test_paused_streams_count_as_one_token_each_at_the_generating_streams_mean_position() -> None:
+    streams: list[Entry] = [(0, 1, 100), (1, 1, 300)]
+    assert step_limit(streams, 2, ATTENDING, 1.0) == pytest.approx(
+        0.004 + 4 * 0.001 + 0.000001 * (101 + 301 + 2 * 201)
+    )
 
 
 def test_paused_streams_count_within_the_window_until_they_end() -> None:

@@ -16,6 +16,7 @@ from wasinn_host.backend.fake import FakeRuntime
 from wasinn_host.core.draft_budget import passes
 from wasinn_host.core.generation import GenerationRequest, GenerationResult, StopReason
 from wasinn_host.core.params import ModelParams, SamplingParams, StopParams
+from wasinn_host.core.prefill_budget import step_limit
 from wasinn_host.core.runtime import KvLayout
 from wasinn_host.core.scheduler import ContextState, ModelWorker
 from wasinn_host.testing.successor import successor_tokenize
@@ -70,13 +71,15 @@ class Recorder:
             seqs = {s.slot.seq_id for i, s in enumerate(self.streams) if i in self.generating and s.slot is not None}
             gens = [(seq, n) for seq, n in counts if seq in seqs]
             n_streams = len(self.generating)
+            # the streams' plain step at the positions of their tokens in this batch (their cells were added)
+            plain = [(seq, n, len(worker.slots[seq].kv) - n) for seq, n in gens]
             self.decodes.append(
                 Decode(
                     counts,
                     gens,
                     n_streams,
-                    cost.seconds(sum(n for _, n in counts), passes(counts)),
-                    cost.seconds(n_streams, max(1, passes(gens))),
+                    cost.seconds(sum(n for _, n in counts), passes(counts), worker._batch_cells),
+                    step_limit(plain, n_streams - len(gens), cost, 1.0) or 0.0,
                 )
             )
             return decode(batch)

@@ -4,7 +4,8 @@ A step that carries hundreds of prompt tokens costs, on a CPU, as much as dozens
 steps, and every generating guest waits for it.  So while guests generate, a step's prompt tokens are
 limited to what keeps the step within ``multiple`` times the cost of the same step without them (the
 ``prefill-step-budget`` load-time key; 0 turns the limit off), by the worker's own cost model
-(:class:`~.draft_budget.DecodeCost`: ``fixed * passes + per_token * n``, fitted to its decodes).  On a
+(:class:`~.step_cost.StepCost`: passes, tokens and the KV cells they attend, fitted to its decodes), so
+a chunk late in a long prompt, whose tokens attend more cells, is smaller than an early one.  On a
 GPU, where a token costs little beside a pass over the weights, the limit lets whole batches through;
 on a CPU it cuts a long prompt into chunks of a few dozen tokens.  When nobody generates, prompts take
 the whole batch.
@@ -29,7 +30,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from .draft_budget import DecodeCost, passes
+from .draft_budget import passes
+from .step_cost import Entry, StepCost, attended, batch_cells
 
 DEFAULT_STEP_BUDGET = 8.0
 """A step with prompt tokens costs at most this many times a decode step of the generating guests.
@@ -108,32 +110,37 @@ class PausedStreams:
         return min(2.0 * self.roundtrip_s, MAX_HOLD_S)
 
 
+def _seconds(entries: Sequence[Entry], cost: StepCost) -> float:
+    ordered = sorted(entries)
+    return cost.seconds(sum(n for _, n, _ in ordered), passes([(seq, n) for seq, n, _ in ordered]), batch_cells(ordered))
+
+
 def step_limit(
-    generating: Sequence[tuple[int, int]], paused: int, cost: DecodeCost, multiple: float, prompts: int = 0
+    generating: Sequence[Entry], paused: int, cost: StepCost, multiple: float, prompts: int = 0
 ) -> float | None:
-    """The most a step may cost (in the units of ``cost``) when ``generating`` ``(sequence id, tokens)``
-    (in id order) decode in it, ``paused`` more streams are between steps and ``prompts`` guests wait
-    for their prompts: ``multiple`` plain steps of the generating guests.  None: no limit, when it is
-    off, nobody generates, or more guests wait for their prompts than generate (the few generating are
-    not favoured over the many waiting for a first token)."""
-    n_tokens = sum(n for _, n in generating) + paused
+    """The most a step may cost (in the units of ``cost``) when ``generating`` ``(sequence id, tokens,
+    position)`` (in id order) decode in it, ``paused`` more streams are between steps and ``prompts``
+    guests wait for their prompts: ``multiple`` plain steps of the generating guests (a paused stream
+    counted as one token in the same pass, at the generating guests' mean position).  None: no limit,
+    when it is off, nobody generates, or more guests wait for their prompts than generate (the few
+    generating are not favoured over the many waiting for a first token)."""
+    n_tokens = sum(n for _, n, _ in generating) + paused
     if multiple <= 0 or n_tokens == 0 or prompts > len(generating) + paused:
         return None
-    return multiple * cost.seconds(n_tokens, max(1, passes(generating)))
+    mean_start = sum(start for _, _, start in generating) // len(generating) if generating else 0
+    cells = batch_cells(generating) + paused * attended(1, mean_start)
+    n_passes = max(1, passes([(seq, n) for seq, n, _ in generating]))
+    return multiple * cost.seconds(n_tokens, n_passes, cells)
 
 
-def _seconds(counts: list[tuple[int, int]], cost: DecodeCost) -> float:
-    ordered = sorted(counts)
-    return cost.seconds(sum(n for _, n in ordered), passes(ordered))
-
-
-def _most_within(counts: list[tuple[int, int]], seq_id: int, most: int, cost: DecodeCost, limit: float) -> int:
-    """The largest ``take <= most`` with the batch ``counts`` plus ``take`` tokens of ``seq_id`` within
-    ``limit`` (a step's cost grows with its tokens and its passes)."""
+def _most_within(entries: list[Entry], prompt: Entry, cost: StepCost, limit: float) -> int:
+    """The largest ``take`` up to the ``prompt``'s tokens with the batch ``entries`` plus ``take``
+    tokens of the prompt within ``limit`` (a step's cost grows with its tokens, passes and cells)."""
+    seq_id, most, start = prompt
     low, high = 0, most
     while low < high:
         mid = (low + high + 1) // 2
-        if _seconds([*counts, (seq_id, mid)], cost) <= limit * (1 + 1e-9):  # not rounding's victim
+        if _seconds([*entries, (seq_id, mid, start)], cost) <= limit * (1 + 1e-9):  # not rounding's victim
             low = mid
         else:
             high = mid - 1
@@ -141,26 +148,26 @@ def _most_within(counts: list[tuple[int, int]], seq_id: int, most: int, cost: De
 
 
 def prompt_takes(
-    base: Sequence[tuple[int, int]],
-    prompts: Sequence[tuple[int, int]],
+    base: Sequence[Entry],
+    prompts: Sequence[Entry],
     capacity: int,
-    cost: DecodeCost,
+    cost: StepCost,
     limit: float | None,
 ) -> list[int]:
-    """Tokens each prompt ``(sequence id, tokens pending)`` takes, in the order given, after the batch
-    ``base`` ``(sequence id, tokens)``: as many as fit the ``capacity`` left in the batch and, with a
-    ``limit``, keep the step's estimated cost within it (the first prompt at least
-    :data:`MIN_PROMPT_TOKENS`)."""
-    counts = [(seq, n) for seq, n in base if n > 0]
+    """Tokens each prompt ``(sequence id, tokens pending, position of the next)`` takes, in the order
+    given, after the batch ``base`` ``(sequence id, tokens, position)``: as many as fit the ``capacity``
+    left in the batch and, with a ``limit``, keep the step's estimated cost within it (the first prompt
+    at least :data:`MIN_PROMPT_TOKENS`)."""
+    entries = [entry for entry in base if entry[1] > 0]
     takes: list[int] = []
     left = capacity
-    for seq_id, pending in prompts:
+    for seq_id, pending, start in prompts:
         take = min(pending, left)
         if limit is not None and take > 0:
             floor = min(take, MIN_PROMPT_TOKENS) if not any(takes) else 0
-            take = max(_most_within(counts, seq_id, take, cost, limit), floor)
+            take = max(_most_within(entries, (seq_id, take, start), cost, limit), floor)
         takes.append(take)
         left -= take
         if take > 0:
-            counts.append((seq_id, take))
+            entries.append((seq_id, take, start))
     return takes

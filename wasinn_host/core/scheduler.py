@@ -43,6 +43,7 @@ from .prefix_reuse import MIN_SHARED_PREFIX
 from .prompt_cache import ModelPromptCache
 from .runtime import Context, Model
 from .slot_state import ContextState, Job, Slot
+from .step_cost import Entry, StepCost, attended
 from .speculation import MAX_SPECULATIVE_BATCH
 from .stop_rules import cut_at_stop
 from .tokens import common_prefix
@@ -109,6 +110,8 @@ class ModelWorker:
         self._batch = context.new_batch()
         self._batch_counts: list[tuple[int, int]] = []
         """(sequence id, tokens) of the batch being filled, in sequence-id order."""
+        self._batch_cells = 0
+        """KV cells the tokens of the batch being filled attend (:func:`.step_cost.attended`)."""
         self._incoming: collections.deque[Job] = collections.deque()
         self._waiting: list[Job] = []
         self._active: list[Job] = []
@@ -132,6 +135,9 @@ class ModelWorker:
         self.drafted_tokens = 0
         self.accepted_draft_tokens = 0
         self.decode_cost = DecodeCost()
+        """Passes and tokens: what drafts cost (:mod:`.draft_budget`)."""
+        self.step_cost = StepCost()
+        """Passes, tokens and attended cells: what prompt chunks cost (:mod:`.prefill_budget`)."""
         self.prefill_step_budget = prefill_step_budget
         """A step with prompt tokens costs at most this many plain decode steps while guests generate (0: off)."""
         self.paused_streams = prefill_budget.PausedStreams()
@@ -491,9 +497,9 @@ class ModelWorker:
         if prompts and self.prefill_step_budget > 0 and (generating or paused):
             self._plan_with_limit(planned, prompts, paused)
         else:
-            pending = [(self._seq(job), job.pending) for job in prompts]
+            pending = [self._entry(job, job.pending) for job in prompts]
             left = capacity - sum(take for _, take in planned)
-            takes = prefill_budget.prompt_takes([], pending, left, self.decode_cost, None)
+            takes = prefill_budget.prompt_takes([], pending, left, self.step_cost, None)
             planned += [(job, take) for job, take in zip(prompts, takes) if take > 0]
             left = capacity - sum(take for _, take in planned)
             speculation.plan_drafts(planned, left, self.n_ctx_seq, self.decode_cost)
@@ -507,18 +513,18 @@ class ModelWorker:
         # rows (a batch may ask for at most the context's n_outputs_max rows)
         left = self._batch.capacity - sum(take for _, take in planned) - len(prompts)
         speculation.plan_drafts(planned, left, self.n_ctx_seq, self.decode_cost)
-        base = sorted((self._seq(job), take + len(job.draft)) for job, take in planned)
+        base = sorted(self._entry(job, take + len(job.draft)) for job, take in planned)
         plain = sorted(  # a stream re-decoding: 1; an embedding decoded beside them is not their step
-            (self._seq(job), 1 + len(job.draft)) for job, _ in planned if not job.request.embed
+            self._entry(job, 1 + len(job.draft)) for job, _ in planned if not job.request.embed
         )
         cost = self.budget_cost
         limit = prefill_budget.step_limit(plain, paused, cost, self.prefill_step_budget, len(prompts))
         prompts.sort(key=lambda j: (-j.request.priority, j.order))
-        capacity = self._batch.capacity - sum(n for _, n in base)
-        pending = [(self._seq(job), job.pending) for job in prompts]
+        capacity = self._batch.capacity - sum(n for _, n, _ in base)
+        pending = [self._entry(job, job.pending) for job in prompts]
         takes = prefill_budget.prompt_takes(base, pending, capacity, cost, limit)
         planned += [(job, take) for job, take in zip(prompts, takes) if take > 0]
-        if sum(takes) < min(sum(n for _, n in pending), capacity):
+        if sum(takes) < min(sum(n for _, n, _ in pending), capacity):
             self.capped_prompt_steps += 1
 
     @staticmethod
@@ -528,19 +534,27 @@ class ModelWorker:
         return job.request.streaming and not job.request.reset_sampler
 
     @property
-    def budget_cost(self) -> DecodeCost:
+    def budget_cost(self) -> StepCost:
         """The cost model the step budget uses: the fitted one once the worker made
         :data:`~.prefill_budget.MIN_FIT_DECODES` decodes, the prior before."""
-        return self.decode_cost if self.decode_calls >= prefill_budget.MIN_FIT_DECODES else DecodeCost()
+        return self.step_cost if self.decode_calls >= prefill_budget.MIN_FIT_DECODES else StepCost()
 
     @staticmethod
     def _seq(job: Job) -> int:
         return job.slot.seq_id if job.slot is not None else 0
 
+    @staticmethod
+    def _entry(job: Job, n_tokens: int) -> Entry:
+        """``(sequence id, n_tokens, cells before them)`` of the job's next decode."""
+        if job.slot is None:
+            return 0, n_tokens, 0
+        return job.slot.seq_id, n_tokens, len(job.slot.kv)
+
     def _fill_batch(self, planned: list[tuple[Job, int]]) -> list[Job]:
         batch = self._batch
         batch.clear()
         self._batch_counts = []
+        self._batch_cells = 0
         in_batch: list[Job] = []
         for job, take in planned:
             slot = job.slot
@@ -570,6 +584,7 @@ class ModelWorker:
             else:
                 job.draft = []
             self._batch_counts.append((slot.seq_id, take + len(job.draft)))
+            self._batch_cells += attended(take + len(job.draft), start)
             in_batch.append(job)
         return in_batch
 
@@ -604,7 +619,9 @@ class ModelWorker:
         n_tokens = self._batch.n
         began = time.perf_counter()
         rc = self.context.decode(self._batch)
-        self.decode_cost.record(n_tokens, passes(self._batch_counts), time.perf_counter() - began)
+        seconds, n_passes = time.perf_counter() - began, passes(self._batch_counts)
+        self.decode_cost.record(n_tokens, n_passes, seconds)
+        self.step_cost.record(n_tokens, n_passes, self._batch_cells, seconds)
         self._copy_sources.clear()
         self._copy_targets.clear()
         self._pending_copies.clear()
