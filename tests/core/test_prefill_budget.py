@@ -103,9 +103,7 @@ def test_a_chunk_late_in_a_long_prompt_is_smaller_when_attended_cells_cost() -> 
 
 def test_paused_streams_count_as_one_token_each_at_the_generating_streams_mean_position() -> None:
     streams: list[Entry] = [(0, 1, 100), (1, 1, 300)]
-    assert step_limit(streams, 2, ATTENDING, 1.0) == pytest.approx(
-        0.004 + 4 * 0.001 + 0.000001 * (101 + 301 + 2 * 201)
-    )
+    assert step_limit(streams, 2, ATTENDING, 1.0) == pytest.approx(0.004 + 4 * 0.001 + 0.000001 * (101 + 301 + 2 * 201))
 
 
 def test_paused_streams_count_within_the_window_until_they_end() -> None:

@@ -112,7 +112,8 @@ class PausedStreams:
 
 def _seconds(entries: Sequence[Entry], cost: StepCost) -> float:
     ordered = sorted(entries)
-    return cost.seconds(sum(n for _, n, _ in ordered), passes([(seq, n) for seq, n, _ in ordered]), batch_cells(ordered))
+    n_passes = passes([(seq, n) for seq, n, _ in ordered])
+    return cost.seconds(sum(n for _, n, _ in ordered), n_passes, batch_cells(ordered))
 
 
 def step_limit(

@@ -43,8 +43,8 @@ from .prefix_reuse import MIN_SHARED_PREFIX
 from .prompt_cache import ModelPromptCache
 from .runtime import Context, Model
 from .slot_state import ContextState, Job, Slot
-from .step_cost import Entry, StepCost, attended
 from .speculation import MAX_SPECULATIVE_BATCH
+from .step_cost import Entry, StepCost, attended
 from .stop_rules import cut_at_stop
 from .tokens import common_prefix
 
