@@ -16,8 +16,10 @@ Every module of the core that touches llama.cpp imports it from here, first.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import importlib.util
+import os
 import re
 import sys
 import threading
@@ -83,3 +85,10 @@ else:
     """The ``llama_cpp`` package, its bindings loaded (see the module docstring)."""
     mtmd_cpp = importlib.import_module("llama_cpp.mtmd_cpp")
     """libmtmd's bindings (images)."""
+
+
+def ggml_library(name: str) -> ctypes.CDLL:
+    """One of the ggml libraries llama-cpp-python ships beside libllama (``libggml.so``,
+    ``libggml-base.so``), for the few ggml functions its bindings do not wrap (the loaded copy: the
+    dynamic loader returns the library libllama already loaded)."""
+    return ctypes.CDLL(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", name))

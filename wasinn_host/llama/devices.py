@@ -8,11 +8,10 @@ process-wide registry).  Used by ``wasinn info`` and by layer fitting (free GPU 
 from __future__ import annotations
 
 import ctypes
-import os
 from dataclasses import dataclass
 from typing import Any
 
-from .bindings import llama_cpp
+from .bindings import ggml_library, llama_cpp
 
 # enum ggml_backend_dev_type
 DEVICE_TYPES = {0: "CPU", 1: "GPU", 2: "IGPU", 3: "ACCEL"}
@@ -36,12 +35,8 @@ class Device:
         return self.type in GPU_TYPES
 
 
-def _library(name: str) -> ctypes.CDLL:
-    return ctypes.CDLL(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", name))
-
-
 def _bind() -> tuple[Any, Any]:
-    ggml, base = _library("libggml.so"), _library("libggml-base.so")
+    ggml, base = ggml_library("libggml.so"), ggml_library("libggml-base.so")
     void_p, size_t = ctypes.c_void_p, ctypes.c_size_t
     for lib, fn, res, args in (
         (ggml, "ggml_backend_reg_count", size_t, []),

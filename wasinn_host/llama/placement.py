@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 from typing import Any
 
 from ..core.errors import ErrorKind, WasiNNError
 from ..core.params import ModelParams
-from .bindings import llama_cpp
+from .bindings import ggml_library, llama_cpp
 
 SPLIT_MODES = {
     "none": llama_cpp.LLAMA_SPLIT_MODE_NONE,
@@ -43,7 +42,7 @@ class BufferOverride(ctypes.Structure):
 @functools.lru_cache(maxsize=1)
 def cpu_buffer_type() -> int:
     """The CPU buffer type of ggml (``ggml_backend_cpu_buffer_type()``, in the ``libggml-base`` llama.cpp loaded)."""
-    base = ctypes.CDLL(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml-base.so"))
+    base = ggml_library("libggml-base.so")
     func = base.ggml_backend_cpu_buffer_type
     func.restype, func.argtypes = ctypes.c_void_p, []
     return int(func())

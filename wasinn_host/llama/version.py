@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 import ctypes
-import os
 
-from .bindings import llama_cpp
+from .bindings import ggml_library, llama_cpp
 
 LLAMA_CPP_PYTHON_VERSION: str = llama_cpp.__version__
 # llama.cpp revision vendored by each supported llama-cpp-python release (its CHANGELOG), and that
@@ -18,7 +17,7 @@ _BUILD_NUMBERS = {"0c1e570": 11312}
 def _linked_commit() -> str:
     """The llama.cpp commit of the linked libraries (``ggml_commit()``), else the version table's."""
     try:
-        ggml = ctypes.CDLL(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml-base.so"))
+        ggml = ggml_library("libggml-base.so")
         ggml.ggml_commit.restype = ctypes.c_char_p
         commit = (ggml.ggml_commit() or b"").decode().removesuffix("-dirty")
     except (OSError, AttributeError, UnicodeDecodeError):
