@@ -64,7 +64,7 @@ class Recorder:
     def __post_init__(self) -> None:
         decode = self.worker.context.decode
 
-        def recorded(batch: object) -> int:
+        def recorded(batch: object, first: int = 0, count: int | None = None) -> int:
             worker, cost = self.worker, self.worker.budget_cost
             counts = list(worker._batch_counts)
             seqs = {s.slot.seq_id for i, s in enumerate(self.streams) if i in self.generating and s.slot is not None}
@@ -79,7 +79,7 @@ class Recorder:
                     cost.seconds(n_streams, max(1, passes(gens))),
                 )
             )
-            return decode(batch)
+            return decode(batch, first, count)
 
         self.worker.context.decode = recorded  # type: ignore[method-assign]
 
