@@ -125,6 +125,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads (default 2)")
     parser.add_argument("--type-k", default="f16", help="KV cache type of K (default f16)")
     parser.add_argument("--type-v", default="f16", help="KV cache type of V (default f16)")
+    parser.add_argument(
+        "--logits-rows", type=int, default=None, help="decode-logits-rows (default: the host's; 0 = no cap)"
+    )
     parser.add_argument("--fit-gib", type=float, default=0.0, help="print how many guests fit in this many GiB")
     parser.add_argument("--fit-run", action="store_true", help="then run that many guests at once and measure them")
     parser.add_argument("--seed", type=int, default=1)
@@ -143,6 +146,8 @@ def main() -> int:
         "type-k": args.type_k,
         "type-v": args.type_v,
     }
+    if args.logits_rows is not None:
+        config["decode-logits-rows"] = args.logits_rows
     nn = WasiNN(preload=[f"{ALIAS}:GGML:AUTO:{path}"], registry=ModelRegistry())
     module = nn.load_module(GUEST)
     llama_logger = logging.getLogger("wasinn_host.llama")

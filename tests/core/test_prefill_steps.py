@@ -65,7 +65,7 @@ class Recorder:
     def __post_init__(self) -> None:
         decode = self.worker.context.decode
 
-        def recorded(batch: object) -> int:
+        def recorded(batch: object, first: int = 0, count: int | None = None) -> int:
             worker, cost = self.worker, self.worker.budget_cost
             counts = list(worker._batch_counts)
             seqs = {s.slot.seq_id for i, s in enumerate(self.streams) if i in self.generating and s.slot is not None}
@@ -78,11 +78,11 @@ class Recorder:
                     counts,
                     gens,
                     n_streams,
-                    cost.seconds(sum(n for _, n in counts), passes(counts), worker._batch_cells),
+                    cost.seconds(sum(n for _, n in counts), passes(counts), sum(worker._batch_cells)),
                     step_limit(plain, n_streams - len(gens), cost, 1.0) or 0.0,
                 )
             )
-            return decode(batch)
+            return decode(batch, first, count)
 
         self.worker.context.decode = recorded  # type: ignore[method-assign]
 

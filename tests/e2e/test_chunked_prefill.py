@@ -32,9 +32,9 @@ def run_mixed(nn: WasiNN, tmp_path: pathlib.Path, budget: float) -> tuple[ModelW
     batches: list[list[tuple[int, int]]] = []
     decode = worker.context.decode
 
-    def recorded(batch: object) -> int:
+    def recorded(batch: object, first: int = 0, count: int | None = None) -> int:
         batches.append(list(worker._batch_counts))
-        return decode(batch)
+        return decode(batch, first, count)
 
     worker.context.decode = recorded  # type: ignore[method-assign]
     outputs: dict[str, tuple[int, str, str]] = {}

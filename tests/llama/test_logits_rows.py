@@ -49,11 +49,14 @@ def steps(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
     recorded: list[list[int]] = []
     decode, sample = LlamaContext.decode, llama_sampler.Sampler.sample
 
-    def counting_decode(self: LlamaContext, batch: llama_context.Batch) -> int:
-        rows = sum(1 for i in range(batch.n) if batch.raw.logits[i])
-        assert rows == batch.n_outputs
+    def counting_decode(
+        self: LlamaContext, batch: llama_context.Batch, first: int = 0, count: int | None = None
+    ) -> int:
+        end = batch.n if count is None else first + count
+        rows = sum(1 for i in range(first, end) if batch.raw.logits[i])
+        assert rows == batch.n_outputs or (first, end) != (0, batch.n)
         recorded.append([rows, 0])
-        return decode(self, batch)
+        return decode(self, batch, first, count)
 
     def counting_sample(self: Any, ctx: Any, batch_index: int) -> int:
         recorded[-1][1] += 1

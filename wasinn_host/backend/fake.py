@@ -178,16 +178,18 @@ class FakeContext:
         self.model.check_sampling(params)
         return FakeSampler()
 
-    def decode(self, batch: FakeBatch) -> int:
-        """Store each token at its position; refuse a gap (llama.cpp's rule) with 1."""
+    def decode(self, batch: FakeBatch, first: int = 0, count: int | None = None) -> int:
+        """Store each token of ``count`` (None: the rest) from ``first`` at its position; refuse a gap
+        (llama.cpp's rule) with 1."""
+        tokens = batch.tokens[first:] if count is None else batch.tokens[first : first + count]
         if self._delay or self._token_delay:
-            time.sleep(self._delay + self._token_delay * len(batch.tokens))
-        for token, pos, seq_id, _logits in batch.tokens:
+            time.sleep(self._delay + self._token_delay * len(tokens))
+        for token, pos, seq_id, _logits in tokens:
             cells = self._cells[seq_id]
             if pos != len(cells) or len(cells) >= self.n_ctx_seq:
                 return 1
             cells.append(token)
-        self._last = list(batch.tokens)
+        self._last = list(tokens)
         return 0
 
     def decode_image(self, span: object, pos: int, seq_id: int) -> int:

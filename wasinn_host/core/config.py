@@ -99,6 +99,7 @@ _KEYS: tuple[KeySpec, ...] = (
         lambda v: v == 0 or 1.0 <= v <= 1000.0,
         "0 (off) or 1 to 1000 (times a decode step)",
     ),
+    KeySpec("decode-logits-rows", int, "model", "decode_logits_rows", _between(0, 1 << 20), "0 (no cap) to 1048576"),
     KeySpec("mmproj", str, "model", "mmproj"),
     KeySpec("reranking", bool, "model", "reranking"),
     KeySpec(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .decode_parts import DEFAULT_LOGITS_ROWS
 from .prefill_budget import DEFAULT_STEP_BUDGET
 from .preload import Target
 
@@ -48,6 +49,9 @@ class ModelParams:
     prefill_step_budget: float = DEFAULT_STEP_BUDGET
     """While guests generate, a step with prompt tokens costs at most this many plain decode steps
     (chunked prefill, see ``prefill_budget.py``); 0 = off (prompts take the whole batch)."""
+    decode_logits_rows: int = DEFAULT_LOGITS_ROWS
+    """Logits rows one ``llama_decode`` computes at most: a step sampling more is decoded in parts of
+    this many (see ``decode_parts.py``); 0 = no cap (one decode a step)."""
     mmproj: str = ""
     """The multimodal projector of the model's name ("" = text only): the one the host configured, or
     a file the guest named inside its preopened directories (see ``registry.py``), never another host file."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, ClassVar, Iterable
 
+from . import heap_trim
 from .errors import ErrorKind, WasiNNError
 from .kv_sizing import MAX_SEQUENCES, grown_layout, kv_layout
 from .kv_types import cache_layout
@@ -131,6 +132,7 @@ def _open_model(
         cell_bytes = runtime.kv_cache_bytes(weights, 1, params)
         layout = kv_layout(params, n_ctx_seq, cell_bytes, make_room, label)
         context = runtime.new_context(weights, params, layout)
+        heap_trim.trim_heap()  # what the load freed (the vocabulary's working memory) goes back to the system
     except BaseException:
         weights.close()
         raise
@@ -146,6 +148,7 @@ def _open_model(
         grow=None if params.n_parallel else grow,
         prompt_cache=cache,
         prefill_step_budget=params.prefill_step_budget,
+        logits_rows=params.decode_logits_rows,
     )
     log.info(
         "loaded model %s from %s in %.0f ms (%s; %d sequences x %d tokens%s; %d threads)",

@@ -119,8 +119,9 @@ class Context(Protocol):
     def new_sampler(self, params: SamplingParams) -> Sampler:
         """A sampler chain for one execution context."""
 
-    def decode(self, batch: Any) -> int:
-        """Decode a batch this context made; 0 on success."""
+    def decode(self, batch: Any, first: int = 0, count: int | None = None) -> int:
+        """Decode ``count`` tokens (None: the rest) from index ``first`` of a batch this context made; 0 on
+        success.  Batch indices of the logits are then counted from ``first``."""
 
     def decode_image(self, span: Any, pos: int, seq_id: int) -> int:
         """Decode one image of a prompt (a ``vision.ImageSpan``) into ``seq_id`` at ``pos``; 0 on success."""

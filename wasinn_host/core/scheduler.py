@@ -15,7 +15,8 @@ The worker owns the inference context.  Other threads never touch it: they submi
    (:mod:`.ngram_drafts`, as many as :mod:`.draft_budget` finds worth their cost); while guests are
    generating, prompt chunks are cut to what keeps the step within ``prefill-step-budget`` times
    their plain decode step (:mod:`.prefill_budget`);
-3. **decodes** it;
+3. **decodes** it (with ``decode-logits-rows``, in parts of at most that many sampled rows, each
+   sampled before the next is decoded: :mod:`.decode_parts`);
 4. **samples** every job whose tokens are all decoded, and **applies its stop rules**; a
    draft is **verified** on the way: the job samples at each draft position in turn, as
    plain decoding would, and keeps the draft while the sampled tokens match it (the first
@@ -35,7 +36,7 @@ import threading
 import time
 from typing import Callable
 
-from . import prefill_budget, prefix_reuse, prompt_cache_use, speculation, stop_rules
+from . import decode_parts, heap_trim, prefill_budget, prefix_reuse, prompt_cache_use, speculation, stop_rules
 from .draft_budget import DecodeCost, passes
 from .errors import ErrorKind, WasiNNError
 from .generation import GenerationRequest, GenerationResult, StopReason
@@ -96,6 +97,7 @@ class ModelWorker:
         grow: Grow | None = None,
         prompt_cache: ModelPromptCache | None = None,
         prefill_step_budget: float = prefill_budget.DEFAULT_STEP_BUDGET,
+        logits_rows: int = decode_parts.DEFAULT_LOGITS_ROWS,
     ) -> None:
         self.model = model
         self.context = context
@@ -110,8 +112,12 @@ class ModelWorker:
         self._batch = context.new_batch()
         self._batch_counts: list[tuple[int, int]] = []
         """(sequence id, tokens) of the batch being filled, in sequence-id order."""
-        self._batch_cells = 0
-        """KV cells the tokens of the batch being filled attend (:func:`.step_cost.attended`)."""
+        self._batch_cells: list[int] = []
+        """KV cells the tokens of each job of the batch being filled attend (:func:`.step_cost.attended`)."""
+        self._batch_rows: list[int] = []
+        """Logits rows each job of the batch being filled asks for (an embedding's: none)."""
+        self.logits_rows = logits_rows
+        """Logits rows one decode computes at most (0 = no cap): see :mod:`.decode_parts`."""
         self._incoming: collections.deque[Job] = collections.deque()
         self._waiting: list[Job] = []
         self._active: list[Job] = []
@@ -340,6 +346,7 @@ class ModelWorker:
         ]
         self._batch.close()
         self.context.close()
+        heap_trim.trim_heap()  # the old context's buffers, freed into malloc's arenas: not beside the new ones
         bigger = make_bigger()
         self.context, self._batch = bigger, bigger.new_batch()
         for slot in self.slots:
@@ -355,6 +362,7 @@ class ModelWorker:
             else:  # the source did not move over: the copy decodes its tokens after all
                 self.slots[target].kv.clear()
         del saved
+        heap_trim.trim_heap()  # the saved states
         self.slots += [Slot(i) for i in range(len(self.slots), bigger.n_seq)]
         self.growths += 1
         log.info("model %s: %d contexts computing at once; now %d sequences", self.name, wanted, bigger.n_seq)
@@ -458,12 +466,23 @@ class ModelWorker:
         if not planned:
             return
         in_batch = self._fill_batch(planned)
-        if not in_batch or not self._decode(in_batch):
-            return
+        first = 0
+        for part in decode_parts.parts(self._batch_rows, self.logits_rows):
+            jobs, counts = in_batch[part.start : part.stop], self._batch_counts[part.start : part.stop]
+            n_tokens = sum(n for _, n in counts)
+            if self._decode(jobs, first, n_tokens, counts, sum(self._batch_cells[part.start : part.stop])):
+                self._use_outputs(jobs, first)
+            first += n_tokens
+
+    def _use_outputs(self, jobs: list[Job], first: int) -> None:
+        """Sample (or read the embedding of) each job of a part just decoded whose tokens are all
+        decoded; its batch indices become the part's (``first`` is the part's first index)."""
         now = time.perf_counter()
-        for job in in_batch:
+        for job in jobs:
             if job.logits_index < 0:
                 continue
+            job.logits_index -= first
+            job.draft_indices = [index - first for index in job.draft_indices]
             if not job.t_first:
                 job.t_first = now
                 job.result.prompt_ms = (now - job.t_start) * 1000.0
@@ -554,7 +573,8 @@ class ModelWorker:
         batch = self._batch
         batch.clear()
         self._batch_counts = []
-        self._batch_cells = 0
+        self._batch_cells = []
+        self._batch_rows = []
         in_batch: list[Job] = []
         for job, take in planned:
             slot = job.slot
@@ -584,7 +604,8 @@ class ModelWorker:
             else:
                 job.draft = []
             self._batch_counts.append((slot.seq_id, take + len(job.draft)))
-            self._batch_cells += attended(take + len(job.draft), start)
+            self._batch_cells.append(attended(take + len(job.draft), start))
+            self._batch_rows.append(0 if job.request.embed else int(wants) + len(job.draft))
             in_batch.append(job)
         return in_batch
 
@@ -614,14 +635,16 @@ class ModelWorker:
             take -= span.n_tokens
         return True
 
-    def _decode(self, in_batch: list[Job]) -> bool:
-        """Run the batch; on failure, free the jobs' cells and fail them."""
-        n_tokens = self._batch.n
+    def _decode(
+        self, in_batch: list[Job], first: int, n_tokens: int, counts: list[tuple[int, int]], cells: int
+    ) -> bool:
+        """Run ``n_tokens`` of the batch from index ``first`` (the tokens of ``in_batch``, ``counts`` a
+        sequence, attending ``cells`` KV cells); on failure, free the jobs' cells and fail them."""
         began = time.perf_counter()
-        rc = self.context.decode(self._batch)
-        seconds, n_passes = time.perf_counter() - began, passes(self._batch_counts)
+        rc = self.context.decode(self._batch, first, n_tokens)
+        seconds, n_passes = time.perf_counter() - began, passes(counts)
         self.decode_cost.record(n_tokens, n_passes, seconds)
-        self.step_cost.record(n_tokens, n_passes, self._batch_cells, seconds)
+        self.step_cost.record(n_tokens, n_passes, cells, seconds)
         self._copy_sources.clear()
         self._copy_targets.clear()
         self._pending_copies.clear()

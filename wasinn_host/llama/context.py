@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import ctypes
 import logging
+from typing import Any
 
 from ..core.errors import ErrorKind, WasiNNError
 from ..core.kv_types import GGML_TYPES, check_flash_attn
 from ..core.params import ModelParams, SamplingParams
 from ..core.runtime import KvLayout
+from . import devices
 from .bindings import llama_cpp
-from .buffers import context_buffers, max_outputs
+from .buffers import context_buffers, max_outputs, release_output_rows
 from .context_params import set_embedding_and_rope
 from .load_errors import load_failure_cause
 from .log import capture_llama_log
@@ -54,12 +56,30 @@ class Batch:
         self.n_outputs += want_logits
         return i
 
+    def part(self, first: int, count: int) -> llama_cpp.llama_batch:
+        """A ``llama_batch`` over ``count`` of this batch's tokens from index ``first`` (its arrays,
+        not a copy: valid until the batch is changed or freed)."""
+        raw, view = self.raw, llama_cpp.llama_batch()
+        view.n_tokens = count
+        view.token = _advanced(raw.token, first)
+        view.pos = _advanced(raw.pos, first)
+        view.n_seq_id = _advanced(raw.n_seq_id, first)
+        view.seq_id = _advanced(raw.seq_id, first)
+        view.logits = _advanced(raw.logits, first)
+        return view
+
     def close(self) -> None:
         """Free the batch."""
         if self.raw is not None:
             self.raw.n_tokens = self.capacity
             llama_cpp.llama_batch_free(self.raw)
             self.raw = None
+
+
+def _advanced(pointer: Any, n: int) -> Any:
+    """A ctypes pointer ``n`` elements past ``pointer``."""
+    address = ctypes.cast(pointer, ctypes.c_void_p).value or 0
+    return ctypes.cast(address + n * ctypes.sizeof(pointer._type_), type(pointer))
 
 
 class LlamaContext:
@@ -108,6 +128,8 @@ class LlamaContext:
         self.threads = threads
         self.n_outputs_max: int = cparams.n_outputs_max or self.n_batch
         """The most logits rows one batch may ask for (llama.cpp aborts the process beyond it)."""
+        if not cparams.embeddings and not (model.n_gpu_layers != 0 and devices.can_offload()):
+            release_output_rows(ctx, params.decode_logits_rows, n_seq, model.n_vocab)
         self.buffers: dict[str, int] = context_buffers(info)
         """Bytes of the KV cache, output buffer and compute buffers llama.cpp allocated (its log)."""
         self.kv_bytes = self.buffers.get("kv") or kv_cache_bytes(model, cparams.n_ctx, params.type_k, params.type_v)
@@ -134,16 +156,20 @@ class LlamaContext:
         """The ``n`` most likely next tokens at ``batch_index`` and their probabilities."""
         return top_probabilities(self, batch_index, n)
 
-    def decode(self, batch: Batch) -> int:
-        """Run one ``llama_decode``; 0 on success (llama.cpp's return code otherwise; -1, as llama.cpp
-        answers an invalid batch, for more logits rows than the context has room for)."""
-        if batch.n_outputs > self.n_outputs_max:
-            log.error(
-                "a batch asks for %d logits rows; the context has room for %d", batch.n_outputs, self.n_outputs_max
-            )
+    def decode(self, batch: Batch, first: int = 0, count: int | None = None) -> int:
+        """Run one ``llama_decode`` of ``count`` tokens (None: the rest) from index ``first`` of the batch;
+        0 on success (llama.cpp's return code otherwise; -1, as llama.cpp answers an invalid batch, for
+        more logits rows than the context has room for).  Logits are then indexed from ``first``."""
+        count = batch.n - first if count is None else count
+        whole = first == 0 and count == batch.n
+        rows = batch.n_outputs if whole else sum(batch.raw.logits[first : first + count])
+        if rows > self.n_outputs_max:
+            log.error("a batch asks for %d logits rows; the context has room for %d", rows, self.n_outputs_max)
             return -1
-        batch.raw.n_tokens = batch.n
-        return int(llama_cpp.llama_decode(self.ptr, batch.raw))
+        if whole:
+            batch.raw.n_tokens = batch.n
+            return int(llama_cpp.llama_decode(self.ptr, batch.raw))
+        return int(llama_cpp.llama_decode(self.ptr, batch.part(first, count)))
 
     def seq_rm(self, seq_id: int, start: int) -> None:
         """Drop the sequence's cells from position ``start`` on."""
