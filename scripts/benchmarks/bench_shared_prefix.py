@@ -15,9 +15,11 @@ this: the model then grows from its first 4 sequences during the run).  Measured
   common token prefix + each prompt's own remaining tokens + a margin of 32;
 * **time to first token** of each guest (``prompt_ms`` of its metadata JSON on stderr); the last
   guest's against a single guest alone with the same prompt on a fresh model (same warm-up, with one
-  unrelated guest), target last / single <= 1.5 (median over runs, spread min-max);
+  unrelated guest), target last / single <= 1.3 (issue 30; median over runs, spread min-max);
 * **outputs**: whether each guest's text equals that prompt decoded by a single guest alone on a fresh
-  model (references computed once).
+  model (references computed once).  Informative, not a target: a batch of eight decodes with other
+  shapes than one guest alone, and on a CPU whose kernels depend on the shape (AVX-512) greedy texts
+  may part (15 of 24 equal on an AVX-512 machine, 2026-11-25).
 
 Usage: ``python scripts/benchmarks/bench_shared_prefix.py [--model smollm2|gemma3] [--runs 3]
 [--system-tokens 1000] [--cold]`` (the models are those of :mod:`wasinn_host.testing.real_models`).
@@ -46,7 +48,7 @@ GUEST = ROOT / "guest_examples" / "complete.wasm"
 ALIAS = "m"
 CONFIG: dict[str, object] = {"temp": 0, "n-predict": 16, "ctx-size": 2048}
 MARGIN = 32
-TARGET_TTFT = 1.5
+TARGET_TTFT = 1.3
 
 SENTENCES = [
     "You are the customer assistant of Northwind Outfitters, a shop for hiking, camping and paddling gear.",
