@@ -10,9 +10,12 @@ import numpy as np
 import pytest
 
 from wasinn_host import ModelRegistry, WasiNN
+from wasinn_host.core.params import ModelParams
 from wasinn_host.llama import context as host_context
 from wasinn_host.llama import sampler as host_sampler
 from wasinn_host.llama.bindings import llama_cpp
+from wasinn_host.llama.model import LlamaModel
+from wasinn_host.testing.gguf_models import write_random_model
 from wasinn_host.testing.native_llama import NativeModel
 
 
@@ -43,5 +46,17 @@ def nn(model_path: pathlib.Path) -> Iterator[WasiNN]:
 @pytest.fixture(scope="module")
 def native(model_path: pathlib.Path) -> Iterator[NativeModel]:
     model = NativeModel(model_path)
+    yield model
+    model.close()
+
+
+@pytest.fixture(scope="module")
+def big_vocab_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaModel]:
+    """A one-layer random model of 32,768 tokens: a logits row is 128 KiB, whole pages of llama.cpp's
+    buffers, so the rows a context holds show in its memory."""
+    path = write_random_model(
+        tmp_path_factory.mktemp("big-vocab") / "big.gguf", n_layer=1, n_embd=64, n_head=2, n_ff=128, n_vocab=32768
+    )
+    model = LlamaModel(path, ModelParams(threads=2))
     yield model
     model.close()

@@ -8,7 +8,6 @@ import ctypes
 import mmap
 import pathlib
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,20 +19,11 @@ from wasinn_host.llama import context as llama_context
 from wasinn_host.llama.bindings import llama_cpp
 from wasinn_host.llama.context import LlamaContext
 from wasinn_host.llama.model import LlamaModel
-from wasinn_host.testing.gguf_models import write_random_model
-
-VOCAB = 32768
-"""128 KiB a logits row: whole pages of llama.cpp's output buffer."""
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaModel]:
-    path = write_random_model(
-        tmp_path_factory.mktemp("rows") / "rows.gguf", n_layer=1, n_embd=64, n_head=2, n_ff=128, n_vocab=VOCAB
-    )
-    loaded = LlamaModel(path, ModelParams(threads=2))
-    yield loaded
-    loaded.close()
+def model(big_vocab_model: LlamaModel) -> LlamaModel:
+    return big_vocab_model
 
 
 def resident_pages(address: int, size: int) -> list[bool]:
@@ -48,7 +38,7 @@ def resident_pages(address: int, size: int) -> list[bool]:
 
 
 def test_a_new_context_keeps_the_output_rows_it_may_write_resident(model: LlamaModel) -> None:
-    row = VOCAB * 4
+    row = model.n_vocab * 4
     for cap, kept in ((2, 2), (0, 8)):
         context = LlamaContext(model, ModelParams(threads=2, decode_logits_rows=cap), KvLayout(64, 8))
         try:

@@ -20,10 +20,6 @@ from wasinn_host.llama.bindings import llama_cpp
 from wasinn_host.llama.buffers import max_outputs
 from wasinn_host.llama.context import LlamaContext
 from wasinn_host.llama.model import LlamaModel
-from wasinn_host.testing.gguf_models import write_random_model
-
-BIG_VOCAB = 32768
-"""A vocabulary whose logits rows show in llama.cpp's buffers (128 KiB a row)."""
 
 
 @pytest.fixture
@@ -31,16 +27,6 @@ def host(successor_path: pathlib.Path) -> Iterator[WasiNN]:
     registry = ModelRegistry([f"succ:GGML:AUTO:{successor_path}"])
     yield WasiNN(registry=registry)
     registry.close()
-
-
-@pytest.fixture(scope="module")
-def big_vocab_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaModel]:
-    path = write_random_model(
-        tmp_path_factory.mktemp("big-vocab") / "big.gguf", n_layer=1, n_embd=64, n_head=2, n_ff=128, n_vocab=BIG_VOCAB
-    )
-    model = LlamaModel(path, ModelParams(threads=2))
-    yield model
-    model.close()
 
 
 @pytest.fixture
@@ -114,7 +100,7 @@ def test_a_draft_asks_a_row_per_token_within_the_room(host: WasiNN, steps: list[
 
 
 def test_the_compute_buffer_holds_the_rows_a_batch_can_ask(big_vocab_model: LlamaModel) -> None:
-    row = BIG_VOCAB * 4
+    row = big_vocab_model.n_vocab * 4
     for n_seq in (4, 32):
         context = LlamaContext(big_vocab_model, ModelParams(threads=2, batch_size=512), KvLayout(64, n_seq))
         try:
