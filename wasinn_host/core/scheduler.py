@@ -14,7 +14,7 @@ The worker owns the inference context.  Other threads never touch it: they submi
    ``n_batch`` tokens, in sequence-id order; a job with speculation on adds draft tokens
    (:mod:`.ngram_drafts`, as many as :mod:`.draft_budget` finds worth their cost); while guests are
    generating, prompt chunks are cut to what keeps the step within ``prefill-step-budget`` times
-   their plain decode step (:mod:`.prefill_budget`);
+   their plain decode step (:mod:`.prefill_budget`); the plan is :mod:`.batch_plan`'s;
 3. **decodes** it (with ``decode-logits-rows``, in parts of at most that many sampled rows, each
    sampled before the next is decoded: :mod:`.decode_parts`);
 4. **samples** every job whose tokens are all decoded, and **applies its stop rules**; a
@@ -36,7 +36,16 @@ import threading
 import time
 from typing import Callable
 
-from . import decode_parts, heap_trim, prefill_budget, prefix_reuse, prompt_cache_use, speculation, stop_rules
+from . import (
+    batch_plan,
+    decode_parts,
+    heap_trim,
+    prefill_budget,
+    prefix_reuse,
+    prompt_cache_use,
+    speculation,
+    stop_rules,
+)
 from .draft_budget import DecodeCost, passes
 from .errors import ErrorKind, WasiNNError
 from .generation import GenerationRequest, GenerationResult, StopReason
@@ -45,7 +54,7 @@ from .prompt_cache import ModelPromptCache
 from .runtime import Context, Model
 from .slot_state import ContextState, Job, Slot
 from .speculation import MAX_SPECULATIVE_BATCH
-from .step_cost import Entry, StepCost, attended
+from .step_cost import StepCost, attended
 from .stop_rules import cut_at_stop
 from .tokens import common_prefix
 
@@ -493,81 +502,25 @@ class ModelWorker:
                 self._sample(job)
 
     def _plan_batch(self) -> list[tuple[Job, int]]:
-        """(job, tokens to take) within the batch capacity: generating jobs first, then prompt chunks;
-        in sequence-id order, so llama.cpp can run them in one pass.  While guests generate, the prompt
-        chunks are limited by the step budget (:mod:`.prefill_budget`): drafts are planned first, then
-        prompts, highest priority and earliest first, within the limit."""
-        jobs = sorted((j for j in self._active if j.pending > 0), key=lambda j: j.pending)
-        capacity = self._batch.capacity
-        planned: list[tuple[Job, int]] = []
-        prompts: list[Job] = []
-        for job in jobs:
-            if job.request.embed:  # an embedding's sequence is pooled whole: decoded in one batch or not yet
-                if job.pending <= capacity - sum(n for _, n in planned):
-                    planned.append((job, job.pending))
-            elif job.pending > 1 and not self._stream_goes_on(job):
-                prompts.append(job)
-            elif (take := min(job.pending, capacity - sum(n for _, n in planned))) > 0:
-                planned.append((job, take))
-        paused = 0
-        if prompts and self.prefill_step_budget > 0:
-            paused = self.paused_streams.count(time.perf_counter(), {job.state for job in jobs})
-        generating = any(not job.request.embed for job, _ in planned)  # an embedding samples nothing
-        if prompts and self.prefill_step_budget > 0 and (generating or paused):
-            self._plan_with_limit(planned, prompts, paused)
-        else:
-            pending = [self._entry(job, job.pending) for job in prompts]
-            left = capacity - sum(take for _, take in planned)
-            takes = prefill_budget.prompt_takes([], pending, left, self.step_cost, None)
-            planned += [(job, take) for job, take in zip(prompts, takes) if take > 0]
-            left = capacity - sum(take for _, take in planned)
-            speculation.plan_drafts(planned, left, self.n_ctx_seq, self.decode_cost)
-        planned.sort(key=lambda item: self._seq(item[0]))
-        return planned
-
-    def _plan_with_limit(self, planned: list[tuple[Job, int]], prompts: list[Job], paused: int) -> None:
-        """Add the drafts of the generating jobs to ``planned``, then the prompt chunks that keep the
-        step within the budget, highest priority and earliest request first."""
-        # each prompt may finish in this step and ask for a logits row: the drafts leave room for those
-        # rows (a batch may ask for at most the context's n_outputs_max rows)
-        left = self._batch.capacity - sum(take for _, take in planned) - len(prompts)
-        speculation.plan_drafts(planned, left, self.n_ctx_seq, self.decode_cost)
-        base = sorted(self._entry(job, take + len(job.draft)) for job, take in planned)
-        plain = sorted(  # a stream re-decoding: 1; an embedding decoded beside them is not their step
-            self._entry(job, 1 + len(job.draft)) for job, _ in planned if not job.request.embed
+        """(job, tokens to take) for this step (:mod:`.batch_plan`); counts a step whose prompt chunks the
+        step budget cut."""
+        planning = batch_plan.Planning(
+            self._batch.capacity,
+            self.n_ctx_seq,
+            self.prefill_step_budget,
+            self.decode_cost,
+            self.budget_cost,
+            lambda running: self.paused_streams.count(time.perf_counter(), running),
         )
-        cost = self.budget_cost
-        limit = prefill_budget.step_limit(plain, paused, cost, self.prefill_step_budget, len(prompts))
-        prompts.sort(key=lambda j: (-j.request.priority, j.order))
-        capacity = self._batch.capacity - sum(n for _, n, _ in base)
-        pending = [self._entry(job, job.pending) for job in prompts]
-        takes = prefill_budget.prompt_takes(base, pending, capacity, cost, limit)
-        planned += [(job, take) for job, take in zip(prompts, takes) if take > 0]
-        if sum(takes) < min(sum(n for _, n, _ in pending), capacity):
-            self.capped_prompt_steps += 1
-
-    @staticmethod
-    def _stream_goes_on(job: Job) -> bool:
-        """A ``compute_single`` step after the stream's first: its guest is generating, even when its
-        sequence went to another context and its tokens are decoded again (not cut by the step budget)."""
-        return job.request.streaming and not job.request.reset_sampler
+        planned, capped = batch_plan.plan_step(self._active, planning)
+        self.capped_prompt_steps += capped
+        return planned
 
     @property
     def budget_cost(self) -> StepCost:
         """The cost model the step budget uses: the fitted one once the worker made
         :data:`~.prefill_budget.MIN_FIT_DECODES` decodes, the prior before."""
         return self.step_cost if self.decode_calls >= prefill_budget.MIN_FIT_DECODES else StepCost()
-
-    @staticmethod
-    def _seq(job: Job) -> int:
-        return job.slot.seq_id if job.slot is not None else 0
-
-    @staticmethod
-    def _entry(job: Job, n_tokens: int) -> Entry:
-        """``(sequence id, n_tokens, cells before them)`` of the job's next decode."""
-        if job.slot is None:
-            return 0, n_tokens, 0
-        return job.slot.seq_id, n_tokens, len(job.slot.kv)
 
     def _fill_batch(self, planned: list[tuple[Job, int]]) -> list[Job]:
         batch = self._batch

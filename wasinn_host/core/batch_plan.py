@@ -1,0 +1,109 @@
+"""What one step of a model's worker decodes: which jobs, and how many tokens of each.
+
+Generating jobs come first (one token each, plus the draft tokens speculation finds worth their cost:
+:mod:`.speculation`), then prompt chunks, within the batch's capacity; an embedding is decoded whole in
+one batch or not yet (its sequence is pooled).  While guests generate, prompt chunks are cut to what
+keeps the step within ``prefill-step-budget`` times the generating guests' plain step
+(:mod:`.prefill_budget`), highest ``priority`` and earliest request first; otherwise prompts take the
+rest of the batch in the queue's order.  The plan is in sequence-id order, so llama.cpp can run the
+generating tokens in one pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+
+from . import prefill_budget, speculation
+from .draft_budget import DecodeCost
+from .slot_state import Job
+from .step_cost import Entry, StepCost
+
+Plan = list[tuple[Job, int]]
+"""(job, tokens to take), in sequence-id order."""
+
+
+@dataclass
+class Planning:
+    """What a plan depends on beside the jobs: the worker's settings, cost models and paused streams."""
+
+    capacity: int
+    """Tokens one batch holds (``n_batch``)."""
+    n_ctx_seq: int
+    budget: float
+    """``prefill-step-budget`` (0: off)."""
+    decode_cost: DecodeCost
+    """What drafts cost (passes and tokens)."""
+    step_cost: StepCost
+    """What prompt chunks cost (passes, tokens, attended cells): the fitted model or the prior."""
+    paused: Callable[[Collection[object]], int]
+    """Streams between two steps, other than those of the given context states."""
+
+
+def seq_of(job: Job) -> int:
+    """The job's sequence id (0 before it has a slot)."""
+    return job.slot.seq_id if job.slot is not None else 0
+
+
+def entry(job: Job, n_tokens: int) -> Entry:
+    """``(sequence id, n_tokens, cells before them)`` of the job's next decode."""
+    if job.slot is None:
+        return 0, n_tokens, 0
+    return job.slot.seq_id, n_tokens, len(job.slot.kv)
+
+
+def stream_goes_on(job: Job) -> bool:
+    """A ``compute_single`` step after the stream's first: its guest is generating, even when its
+    sequence went to another context and its tokens are decoded again (not cut by the step budget)."""
+    return job.request.streaming and not job.request.reset_sampler
+
+
+def plan_step(active: Sequence[Job], planning: Planning) -> tuple[Plan, bool]:
+    """The plan of one step for the ``active`` jobs, and whether the step budget cut its prompt chunks."""
+    jobs = sorted((j for j in active if j.pending > 0), key=lambda j: j.pending)
+    capacity = planning.capacity
+    planned: Plan = []
+    prompts: list[Job] = []
+    for job in jobs:
+        if job.request.embed:  # an embedding's sequence is pooled whole: decoded in one batch or not yet
+            if job.pending <= capacity - sum(n for _, n in planned):
+                planned.append((job, job.pending))
+        elif job.pending > 1 and not stream_goes_on(job):
+            prompts.append(job)
+        elif (take := min(job.pending, capacity - sum(n for _, n in planned))) > 0:
+            planned.append((job, take))
+    paused = planning.paused({job.state for job in jobs}) if prompts and planning.budget > 0 else 0
+    generating = any(not job.request.embed for job, _ in planned)  # an embedding samples nothing
+    capped = False
+    if prompts and planning.budget > 0 and (generating or paused):
+        capped = _plan_with_limit(planned, prompts, paused, planning)
+    else:
+        pending = [entry(job, job.pending) for job in prompts]
+        left = capacity - sum(take for _, take in planned)
+        takes = prefill_budget.prompt_takes([], pending, left, planning.step_cost, None)
+        planned += [(job, take) for job, take in zip(prompts, takes) if take > 0]
+        left = capacity - sum(take for _, take in planned)
+        speculation.plan_drafts(planned, left, planning.n_ctx_seq, planning.decode_cost)
+    planned.sort(key=lambda item: seq_of(item[0]))
+    return planned, capped
+
+
+def _plan_with_limit(planned: Plan, prompts: list[Job], paused: int, planning: Planning) -> bool:
+    """Add the drafts of the generating jobs to ``planned``, then the prompt chunks that keep the step
+    within the budget, highest priority and earliest request first; True if the budget cut them."""
+    # each prompt may finish in this step and ask for a logits row: the drafts leave room for those
+    # rows (a batch may ask for at most the context's n_outputs_max rows)
+    left = planning.capacity - sum(take for _, take in planned) - len(prompts)
+    speculation.plan_drafts(planned, left, planning.n_ctx_seq, planning.decode_cost)
+    base = sorted(entry(job, take + len(job.draft)) for job, take in planned)
+    plain = sorted(  # a stream re-decoding: 1; an embedding decoded beside them is not their step
+        entry(job, 1 + len(job.draft)) for job, _ in planned if not job.request.embed
+    )
+    cost = planning.step_cost
+    limit = prefill_budget.step_limit(plain, paused, cost, planning.budget, len(prompts))
+    prompts.sort(key=lambda j: (-j.request.priority, j.order))
+    capacity = planning.capacity - sum(n for _, n, _ in base)
+    pending = [entry(job, job.pending) for job in prompts]
+    takes = prefill_budget.prompt_takes(base, pending, capacity, cost, limit)
+    planned += [(job, take) for job, take in zip(prompts, takes) if take > 0]
+    return sum(takes) < min(sum(n for _, n, _ in pending), capacity)
