@@ -250,9 +250,8 @@ def test_random(wasinn_run):
     assert again.stdout == quick.stdout  # greedy output is deterministic
 
 def test_timeout_in_compute(wasinn_run):
-    result = wasinn_run(
-        "guests/nn_complete.wasm", ["default", "abc", '{"n-predict": 100000}'], model="random", timeout=1
-    )
+    endless = '{"n-predict": 100000, "ignore-eos": true}'  # a sampled end of text must not end it early
+    result = wasinn_run("guests/nn_complete.wasm", ["default", "abc", endless], model="random", timeout=1)
     assert (result.exit_code, result.stdout) == (134, "")
     assert result.stderr.startswith("wasinn: error: the guest trapped: ") and "1s" in result.stderr
     assert result.calls["compute"] == 1
