@@ -58,9 +58,15 @@ def stream_goes_on(job: Job) -> bool:
     return job.request.streaming and not job.request.reset_sampler
 
 
+def waits_for_sink(job: Job) -> bool:
+    """The job's piece sink (a Store's ``stream-stdout`` queue) has no room: it samples nothing now."""
+    room = job.request.piece_room
+    return room is not None and not room()
+
+
 def plan_step(active: Sequence[Job], planning: Planning) -> tuple[Plan, bool]:
     """The plan of one step for the ``active`` jobs, and whether the step budget cut its prompt chunks."""
-    jobs = sorted((j for j in active if j.pending > 0), key=lambda j: j.pending)
+    jobs = sorted((j for j in active if j.pending > 0 and not waits_for_sink(j)), key=lambda j: j.pending)
     capacity = planning.capacity
     planned: Plan = []
     prompts: list[Job] = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 from .errors import WasiNNError
 from .ngram_drafts import DraftSettings
@@ -31,7 +31,9 @@ class StopReason(str, enum.Enum):
     MAX_TIME = "max-time"
     CONTEXT_FULL = "context full"
     TOKEN = "token"
-    """One streaming step produced its token."""
+    """One streaming step produced its token (a stream's job: paused, its guest that far behind)."""
+    STREAM_ENDED = "stream ended"
+    """The guest ended the stream while its job sampled ahead."""
     EMBEDDING = "embedding"
     OUTPUT_LIMIT = "output limit"
     CANCELLED = "cancelled"
@@ -44,6 +46,24 @@ class StopReason(str, enum.Enum):
     INTERNAL_ERROR = "internal error"
     REJECTED = "rejected"
     """The model refused the request's sampling parameters."""
+
+
+@runtime_checkable
+class PieceOutlet(Protocol):
+    """A piece sink that may fall behind (a Store's ``stream-stdout`` queue): while it has no room the
+    worker leaves the computation out of its steps; the caller flushes it before returning."""
+
+    def __call__(self, piece: bytes) -> None:
+        """Take one piece (without waiting)."""
+        ...
+
+    def has_room(self) -> bool:
+        """False while the sink is that far behind."""
+        ...
+
+    def flush(self) -> None:
+        """Wait until every piece given so far is written."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -69,6 +89,8 @@ class GenerationRequest:
     embed: bool = False
     """Embedding mode: decode the prompt and return its embedding instead of sampling."""
     on_piece: Callable[[bytes], None] | None = None
+    piece_room: Callable[[], bool] | None = None
+    """False while ``on_piece`` is too far behind: the job waits out of the worker's steps."""
     drafts: DraftSettings | None = None
     """Speculative decoding with prompt-lookup drafts (``spec-type``); None: off."""
     images: tuple[Any, ...] = ()

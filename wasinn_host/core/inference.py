@@ -24,7 +24,7 @@ from .cold_store import Frozen
 from .config import MODEL_KEY_NAMES, ParsedConfig, as_json
 from .embedding import normalize
 from .errors import ErrorKind, WasiNNError, invalid
-from .generation import GenerationRequest, GenerationResult, StopReason
+from .generation import GenerationRequest, GenerationResult, PieceOutlet, StopReason
 from .images import place_image, split_inline_images
 from .limits import Limits
 from .ngram_drafts import draft_settings
@@ -32,6 +32,7 @@ from .params import POOLING_RANK, ContextParams, ModelParams
 from .registry import LoadedModel, ModelRegistry
 from .rerank import parse_rerank_input
 from .scheduler import ContextState
+from .stream_feed import StreamFeed
 from .tts_graph import FileAccess, save_speech, speak, tts_model_params, tts_prompt
 from .utf8_pieces import PieceJoiner
 
@@ -144,6 +145,7 @@ class InferenceContext:
         "output_tokens",
         "last_piece",
         "_joiner",
+        "_feed",
         "_embedding",
         "streaming",
         "closed",
@@ -178,6 +180,8 @@ class InferenceContext:
         """The last token's piece; in a stream, the bytes that step completes (whole UTF-8 characters)."""
         self._joiner: PieceJoiner | None = None
         """Holds back an unfinished UTF-8 character between streaming steps (made by a stream's first step)."""
+        self._feed: StreamFeed | None = None
+        """The tokens the stream's job sampled ahead of the guest (:mod:`.stream_feed`)."""
         self._embedding: array[float] | None = None
         self.streaming = False
         self.closed = False
@@ -203,7 +207,7 @@ class InferenceContext:
         if params.sampling != self.params.sampling:
             self.model.weights.check_sampling(params.sampling)
         self.params = self.graph.shared(params)
-        self.streaming = False
+        self._end_feed()
         apply_logging_keys(config)
         self._warn_load_time_keys(config)
 
@@ -227,7 +231,7 @@ class InferenceContext:
         On a model with a projector, inline ``<img src="data:...">`` images and the ``image`` key's
         file (read by the front end's ``read_image``) become image tokens (see ``vision.py``).
         """
-        self.streaming = False
+        self._end_feed()
         self.rerank_prompts = None
         if self._is_reranker() and self._set_rerank_prompt(data):
             self.revision += 1
@@ -312,19 +316,26 @@ class InferenceContext:
         if self.rerank_prompts is not None:
             return self._generate_scores(self.rerank_prompts)
         tokens = self._checked_prompt()
-        self.streaming = False
+        self._end_feed()
         self._clear_output()
         if self.model.params.embedding:
             return self._generate_embedding(tokens)
         stop = self.params.stopping
         limit = stop.n_predict if stop.n_predict >= 0 else INT32_MAX
-        result = self._run(
-            self._request(
-                tokens,
-                limit=min(limit, self.limits.max_n_predict),
-                on_piece=on_piece or (stdout if stop.stream_stdout else None),
+        sink = on_piece or (stdout if stop.stream_stdout else None)
+        outlet = sink if isinstance(sink, PieceOutlet) else None
+        try:
+            result = self._run(
+                self._request(
+                    tokens,
+                    limit=min(limit, self.limits.max_n_predict),
+                    on_piece=sink,
+                    piece_room=outlet.has_room if outlet is not None else None,
+                )
             )
-        )
+        finally:
+            if outlet is not None:
+                outlet.flush()  # the pieces land before whatever the caller writes next
         if self.model.params.tts:
             self._speak()
         return result
@@ -358,7 +369,7 @@ class InferenceContext:
                     f"rerank document {i}: {len(tokens)} tokens with the query exceed the limit of {limit} "
                     f"(batch-size, and ctx-size - {PROMPT_MARGIN})",
                 )
-        self.streaming = False
+        self._end_feed()
         self._clear_output()
         scores: list[float] = []
         prompt_ms = 0.0
@@ -375,21 +386,39 @@ class InferenceContext:
     def stream_step(self) -> GenerationResult:
         """Generate one token (the first step starts a stream and clears the output).
 
-        ``last_piece`` is then what the step adds to the stream in whole UTF-8 characters: a token that
-        ends inside a character gives the bytes before it, the token completing it the whole character.
-        The stream ends by itself when the step's stop reason is not ``TOKEN`` (end of
-        generation or a full context).
+        The token comes from the stream's feed (:mod:`.stream_feed`): its job samples ahead of the
+        guest, so a step waits only for a token not made yet.  ``last_piece`` is then what the step adds
+        to the stream in whole UTF-8 characters: a token that ends inside a character gives the bytes
+        before it, the token completing it the whole character.  The stream ends by itself when the
+        step's stop reason is not ``TOKEN`` (end of generation or a full context).
         """
         prompt = self._checked_prompt()
         first = not self.streaming
         if first:
+            self._end_feed()
             self._clear_output()
             self.streaming = True
-        request = self._request(prompt + self.output_tokens, limit=1, streaming=True, reset_sampler=first)
+        feed = self._feed
+        result = feed.take() if feed is not None else None
+        if result is None and (feed is None or feed.final is None or feed.final.error is None):
+            request = self._request(prompt + self.output_tokens, limit=INT32_MAX, streaming=True, reset_sampler=first)
+            self._feed = feed = StreamFeed()
+            self.busy = True
+            try:
+                self.model.worker.start_stream(request, self.state, feed)
+            finally:
+                self.busy = False
+            result = feed.take()
+        if result is None:  # the job ended without a token: its error
+            assert feed is not None and feed.final is not None
+            result = feed.final
+            if result.error is None:
+                result.error = WasiNNError(ErrorKind.RUNTIME_ERROR, f"compute on model {self.model.label}: no token")
         try:
-            result = self._run(request)
+            self._take_result(result)
         except WasiNNError:
             self.streaming = False
+            self._feed = None
             raise
         ended = result.stop_reason is not StopReason.TOKEN
         if self._joiner is None:
@@ -397,13 +426,21 @@ class InferenceContext:
         self.last_piece = self._joiner.push(self.last_piece if self.last_generated else b"", last=ended)
         if ended:
             self.streaming = False
+            self._feed = None
             self._joiner = None  # the last piece released whatever it held
         return result
 
     def end_stream(self) -> None:
         """End a stream: clear the output; the next step starts from the prompt."""
-        self.streaming = False
+        self._end_feed()
         self._clear_output()
+
+    def _end_feed(self) -> None:
+        """End the stream in progress, if any: its job stops sampling ahead (see :meth:`.StreamFeed.end`)."""
+        self.streaming = False
+        feed, self._feed = self._feed, None
+        if feed is not None and feed.running:
+            feed.end()
 
     def _request(self, tokens: Sequence[int], limit: int, **kwargs: Any) -> GenerationRequest:
         options = self.params.options
@@ -433,22 +470,26 @@ class InferenceContext:
             result = self.model.worker.submit(request, self.state)
         finally:
             self.busy = False
-            self.last_used = time.monotonic()
-        self.output += result.text
-        self.output_tokens.extend(result.generated)
-        if result.generated:
-            self.last_piece = self.model.weights.piece(result.generated[-1])
         if request.embed and result.error is None:  # a reranker's scores are not normalised
             rank = self._is_reranker()
             self.embedding = (
                 result.embedding if rank else normalize(result.embedding, self.params.options.embd_normalize)
             )
+        self._take_result(result)
+        return result
+
+    def _take_result(self, result: GenerationResult) -> None:
+        """Add what a computation (or one streamed token) produced to the output and usage; raise its error."""
+        self.last_used = time.monotonic()
+        self.output += result.text
+        self.output_tokens.extend(result.generated)
+        if result.generated:
+            self.last_piece = self.model.weights.piece(result.generated[-1])
         self.last_generated = len(result.generated)
         self.last_usage = Usage.of(result)
         self.revision += 1
         if result.error is not None:
             raise result.error
-        return result
 
     @property
     def embedding(self) -> list[float] | None:
@@ -522,9 +563,10 @@ class InferenceContext:
         It can while nothing of it is in native memory but a stream's sampler: not computing, no
         sequence claimed and no sampler beyond the one a stream left midway keeps (its model's worker
         evicted it), no images (their libmtmd chunks), not cancelled.  The bytes hold its prompt's and
-        output's tokens, its output, last piece, held-back bytes, embedding, stream flag, usage and
-        revision; the graph, registry, limits, image reader and parameters are shared references; the
-        stream's sampler stays in memory as ``kept``.  The model reference stays held.
+        output's tokens, its output, last piece, held-back bytes, embedding, stream flag, usage, revision
+        and the tokens a paused stream sampled ahead; the graph, registry, limits, image reader and
+        parameters are shared references; the stream's sampler stays in memory as ``kept``.  The model
+        reference stays held.
         """
         state = self.state
         if (
@@ -536,6 +578,7 @@ class InferenceContext:
             or state.cancelled
             or state.closed
             or (state.sampler is not None and not state.mid_stream)
+            or (self._feed is not None and self._feed.running)
         ):
             return None
         usage = self.last_usage
@@ -551,6 +594,7 @@ class InferenceContext:
             self.last_generated,
             self.revision,
             self.last_used,
+            None if self._feed is None else self._feed.record(),
         )
         shared = (self.graph, self._registry, self.limits, self.read_image, self.guest_files, self.params)
         return Frozen(
@@ -564,9 +608,10 @@ class InferenceContext:
     @classmethod
     def thaw(cls, shared: tuple[Any, ...], blob: bytes, kept: Any) -> InferenceContext:
         """The context :meth:`freeze` gave, rebuilt (holding the model reference it kept)."""
-        prompt, output, output_tokens, last_piece, held, embedding, streaming, usage, generated, revision, used = (
+        prompt, output, output_tokens, last_piece, held, embedding, streaming, usage, generated, revision, *rest = (
             marshal.loads(blob)
         )
+        used, fed = rest
         self = cls.__new__(cls)
         self.graph, self._registry, self.limits, self.read_image, self.guest_files, self.params = shared
         self.model = self.graph.model
@@ -580,6 +625,7 @@ class InferenceContext:
         self.output_tokens = _int_array(output_tokens)
         self.last_piece = last_piece
         self._joiner = None
+        self._feed = None if fed is None else StreamFeed.resumed(fed)
         if held is not None:
             self._joiner = PieceJoiner()
             self._joiner.held = held
@@ -607,6 +653,9 @@ class InferenceContext:
         if self.closed:
             return
         self.closed = True
+        feed, self._feed = self._feed, None
+        if feed is not None:
+            feed.ended = True  # the release below drops its job
         self.model.worker.release(self.state)
         self._registry.release(self.model)
 

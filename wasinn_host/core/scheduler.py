@@ -56,6 +56,7 @@ from .slot_state import ContextState, Job, Slot
 from .speculation import MAX_SPECULATIVE_BATCH
 from .step_cost import StepCost, attended
 from .stop_rules import cut_at_stop
+from .stream_feed import StreamFeed
 from .tokens import common_prefix
 
 __all__ = [
@@ -80,6 +81,10 @@ freed), or None if there is no room for even one more sequence."""
 WARM_CONTEXTS = 16
 """Idle execution contexts per model that keep their sampler and their claim on a sequence; beyond
 them the least recently used one gives both up (see :meth:`ModelWorker._went_idle`)."""
+
+
+SINK_WAIT_S = 0.005
+"""How long the worker waits when every job it could step waits for its piece sink (:mod:`.batch_plan`)."""
 
 
 _FAILURES: dict[StopReason, ErrorKind] = {
@@ -171,16 +176,27 @@ class ModelWorker:
 
     def submit(self, request: GenerationRequest, state: ContextState) -> GenerationResult:
         """Queue a request and wait until the worker finishes it."""
-        job = Job(request, state, tokens=list(request.tokens), t_start=time.perf_counter())
+        job = self._enqueue(request, state, None)
+        job.done.wait()
+        return job.result
+
+    def start_stream(self, request: GenerationRequest, state: ContextState, feed: StreamFeed) -> None:
+        """Queue a stream's job (``request.streaming``) and return at once: each token it samples goes
+        to ``feed``, and its end (its stop reason or error) to :meth:`.StreamFeed.close`."""
+        self._enqueue(request, state, feed)
+
+    def _enqueue(self, request: GenerationRequest, state: ContextState, feed: StreamFeed | None) -> Job:
+        """A job for ``request``, queued for the worker (or finished at once when it cannot be)."""
+        job = Job(request, state, tokens=list(request.tokens), t_start=time.perf_counter(), feed=feed)
         job.images = {span.start: span for span in request.images}
         prompt_cache_use.prefetch(self.prompt_cache, job)
         if state.closed or state.cancelled:
             self._finish(job, StopReason.CANCELLED if state.cancelled else StopReason.FINALISED)
-            return job.result
+            return job
         with self._cv:
             if self._closing:
                 self._finish(job, StopReason.MODEL_CLOSED)
-                return job.result
+                return job
             under_way = request.streaming and state.mid_stream  # the next step of an admitted stream
             if len(self._incoming) + len(self._waiting) >= request.max_queue and not under_way:
                 self.rejected += 1
@@ -189,14 +205,13 @@ class ModelWorker:
                     StopReason.QUEUE_FULL,
                     f"queue full: {request.max_queue} requests are waiting for model {self.name}",
                 )
-                return job.result
+                return job
             self._submitted += 1
             job.order = self._submitted
             self.requests += 1
             self._incoming.append(job)
             self._cv.notify()
-        job.done.wait()
-        return job.result
+        return job
 
     @property
     def queued(self) -> int:
@@ -314,6 +329,8 @@ class ModelWorker:
             timeout_ms = job.request.queue_timeout_ms
             if job.state.cancelled or job.state.closed:
                 self._finish(job, StopReason.CANCELLED if job.state.cancelled else StopReason.FINALISED)
+            elif job.feed is not None and job.feed.ended:
+                self._finish(job, StopReason.STREAM_ENDED)
             elif timeout_ms and (now - job.t_start) * 1000.0 > timeout_ms:
                 log.warning(
                     "model %s: a request waited more than queue-timeout-ms=%d for a free sequence; answered Busy",
@@ -469,10 +486,13 @@ class ModelWorker:
 
     def _step(self) -> None:
         self.steps += 1
-        for job in [j for j in self._active if j.state.cancelled]:
-            self._finish(job, StopReason.CANCELLED)
+        for job in [j for j in self._active if j.state.cancelled or (j.feed is not None and j.feed.ended)]:
+            self._finish(job, StopReason.CANCELLED if job.state.cancelled else StopReason.STREAM_ENDED)
         planned = self._plan_batch()
         if not planned:
+            if any(batch_plan.waits_for_sink(job) for job in self._active):
+                with self._cv:  # only guests whose stdout is behind: let their queues drain a moment
+                    self._cv.wait(SINK_WAIT_S)
             return
         in_batch = self._fill_batch(planned)
         first = 0
@@ -635,6 +655,9 @@ class ModelWorker:
             self.accepted_draft_tokens += accepted
             return
         token, piece = self._sample_token(job)
+        if job.feed is not None:
+            self._feed_token(job, token, piece)
+            return
         stop = (
             stop_rules.stream_stop(self.model, job, token, self.n_ctx_seq)
             if job.request.streaming
@@ -644,6 +667,31 @@ class ModelWorker:
             job.tokens.append(token)  # decoded in the next batch
         else:
             self._finish(job, stop)
+
+    def _feed_token(self, job: Job, token: int, piece: bytes) -> None:
+        """A stream's token to its feed, as the result of a one-token step; the job goes on (the token is
+        decoded in the next batch) unless it ended the stream or its guest is the lookahead behind."""
+        assert job.feed is not None
+        stop = stop_rules.stream_stop(self.model, job, token, self.n_ctx_seq)
+        now = time.perf_counter()
+        first = len(job.result.generated) == 1
+        item = GenerationResult(
+            generated=[token],
+            text=bytearray(piece),
+            probs=job.result.probs[-1:],
+            stop_reason=stop,
+            prompt_ms=job.result.prompt_ms if first else 0.0,
+            generation_ms=0.0 if first else (now - job.t_token) * 1000.0,
+            reused_tokens=job.result.reused_tokens if first else 0,
+        )
+        job.t_token = now
+        if stop is StopReason.TOKEN:
+            job.tokens.append(token)
+            if job.feed.put(item):
+                return
+        else:
+            job.feed.put(item)
+        self._finish(job, stop)
 
     def _sample_token(self, job: Job) -> tuple[int, bytes]:
         """Sample one token, record it (and its alternatives with ``n-probs``), return it and its bytes."""
@@ -683,6 +731,8 @@ class ModelWorker:
             self._went_idle(job.state)
         if job in self._active:
             self._active.remove(job)
+        if job.feed is not None:
+            job.feed.close(result)
         job.done.set()
 
     def _went_idle(self, state: ContextState) -> None:

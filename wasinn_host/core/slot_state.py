@@ -16,6 +16,7 @@ from .ngram_drafts import NgramDrafter
 from .params import SamplingParams
 from .prompt_cache import Prefetched
 from .runtime import Sampler
+from .stream_feed import StreamFeed
 
 
 class ContextState:
@@ -82,6 +83,10 @@ class Job:
     """Drafts in a row of which no token was accepted."""
     skip: int = 0
     """Matches to pass over before the next draft (``2 ** misses - 1`` after a miss)."""
+    feed: StreamFeed | None = None
+    """A stream's job: where each sampled token goes, ahead of its guest (:mod:`.stream_feed`)."""
+    t_token: float = 0.0
+    """When the job's last token was sampled (a stream's: the next token's generation time starts)."""
 
     @property
     def pending(self) -> int:

@@ -181,6 +181,7 @@ class HandleTables(GuestScope):
         if self.closed:
             return
         self.closed = True
+        self.stdout.close()
         for handle in list(self.contexts):
             self.finalize(handle)
         for graph in self.graphs.values():

@@ -7,6 +7,7 @@ from typing import Iterable, Sequence
 
 from ..core.errors import ErrorKind, WasiNNError
 from ..core.limits import Limits
+from .piece_queue import PieceQueue
 from .stdout import PieceSink, guarded, inherited_stdout
 from .store_tables import ContextCounter
 
@@ -25,8 +26,9 @@ class GuestScope:
         what: str = "the guest's stdout",
     ) -> None:
         self.limits = limits
-        self.stdout = guarded(stdout, what)
-        """Receives the ``stream-stdout`` pieces of this Store's computes (where its guest's stdout goes)."""
+        self.stdout = PieceQueue(guarded(stdout, what))
+        """Receives the ``stream-stdout`` pieces of this Store's computes (where its guest's stdout goes),
+        written by the queue's own thread (:mod:`.piece_queue`)."""
         self.dirs = tuple(dirs)
         """The guest's preopened (host dir, guest dir) pairs: where its ``image`` and ``mmproj`` files may be."""
         self.allowed = frozenset(allowed) if allowed is not None else None

@@ -203,6 +203,7 @@ class ComponentState(GuestScope):
         if self.closed:
             return
         self.closed = True
+        self.stdout.close()
         for rep in list(self.contexts):
             self.drop(CONTEXT, rep)
         for rep in list(self.graphs):

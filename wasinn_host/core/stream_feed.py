@@ -1,0 +1,113 @@
+"""A stream's tokens sampled ahead of its guest: the worker fills a :class:`StreamFeed`, the guest empties it.
+
+A guest streaming with ``compute_single`` asks for one token at a time.  Sending each of those calls
+to the model's worker and waiting for its step would put two thread hand-offs and the guest's own
+time between every two steps of the model, and leave the stream out of the steps its guest is not
+waiting for.  Instead the first ``compute_single`` of a stream starts one job that stays in the
+worker's batches and puts each token it samples here, up to :data:`LOOKAHEAD` tokens ahead of the
+guest; each ``compute_single`` then takes the next token, waiting only when the model has not made it
+yet.  The tokens, and the sampler's history that makes them, are the ones the one-token steps gave.
+
+- The job ends by itself at the end of generation or a full context (its last token carries the stop
+  reason), and pauses (ends with the sampler kept for the next) once the guest is ``LOOKAHEAD`` tokens
+  behind: a guest that stops reading holds no sequence of the model.  The guest's next call after it
+  has taken every token starts the next job, from the tokens it has seen.
+- The guest ends the stream early (``fini_single``, a new input, a compute, a close) with
+  :meth:`StreamFeed.end`: the worker drops the job at its next step and the call returns when it has;
+  the tokens sampled past what the guest saw are forgotten (their KV cells are trimmed by the next
+  request's prefix match, as any other unshared suffix is).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Any
+
+from .generation import GenerationResult, StopReason
+
+LOOKAHEAD = 16
+"""Tokens a stream's job samples at most ahead of its guest before it pauses."""
+
+
+class StreamFeed:
+    """The tokens one stream's job sampled and its guest has not taken yet, one result each."""
+
+    __slots__ = ("lookahead", "_items", "_cv", "running", "final", "ended")
+
+    def __init__(self, lookahead: int = LOOKAHEAD) -> None:
+        self.lookahead = max(1, lookahead)
+        self._items: collections.deque[GenerationResult] = collections.deque()
+        self._cv = threading.Condition(threading.Lock())
+        self.running = True
+        """A job fills the feed (until :meth:`close`)."""
+        self.final: GenerationResult | None = None
+        """The job's own result once it ended: its stop reason, or its error."""
+        self.ended = False
+        """The guest ended the stream (:meth:`end`): the worker drops the job."""
+
+    # -- worker side --------------------------------------------------------------
+
+    def put(self, item: GenerationResult) -> bool:
+        """Hand one token's result to the guest; False once the guest is ``lookahead`` tokens behind."""
+        with self._cv:
+            self._items.append(item)
+            self._cv.notify()
+            return len(self._items) < self.lookahead
+
+    def close(self, final: GenerationResult) -> None:
+        """The job ended (``final``: its result); a guest waiting for a token gets what is left, then None."""
+        with self._cv:
+            self.final = final
+            self.running = False
+            self._cv.notify_all()
+
+    # -- guest side ---------------------------------------------------------------
+
+    def take(self) -> GenerationResult | None:
+        """The next token's result, waiting for the job to sample it; None once the job ended and every
+        token it made was taken."""
+        with self._cv:
+            while not self._items and self.running:
+                self._cv.wait()
+            return self._items.popleft() if self._items else None
+
+    def end(self) -> None:
+        """End the stream early: wait until the worker dropped the job (at once if it ended already)."""
+        with self._cv:
+            self.ended = True
+            self._items.clear()
+            while self.running:
+                self._cv.wait()
+
+    @property
+    def backlog(self) -> int:
+        """Tokens sampled and not taken yet."""
+        return len(self._items)
+
+    # -- spilling (an idle context's feed, in the spill store) ---------------------
+
+    def record(self) -> list[tuple[Any, ...]]:
+        """The tokens not taken yet, as plain values (the feed of a paused stream: its job ended)."""
+        return [
+            (item.generated, bytes(item.text), item.probs, item.stop_reason.value, item.generation_ms)
+            for item in self._items
+        ]
+
+    @classmethod
+    def resumed(cls, record: list[tuple[Any, ...]]) -> StreamFeed:
+        """A paused stream's feed again, from :meth:`record`."""
+        feed = cls()
+        for generated, text, probs, stop, generation_ms in record:
+            feed._items.append(
+                GenerationResult(
+                    list(generated),
+                    bytearray(text),
+                    [(token, list(top)) for token, top in probs],
+                    stop_reason=StopReason(stop),
+                    generation_ms=generation_ms,
+                )
+            )
+        feed.running = False
+        feed.final = GenerationResult(stop_reason=StopReason.TOKEN)
+        return feed
