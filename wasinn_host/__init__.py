@@ -4,10 +4,11 @@ Public API (``__all__``): :class:`WasiNN` (add the imports to a Linker, or run a
 with its :class:`RunOptions`, :class:`Session` (an execution context from Python), :class:`GuestStdout`,
 :class:`ModelRegistry` / :func:`default_registry`, :class:`Preload` / :func:`parse_preload`,
 :class:`Limits`, :class:`PromptCache`, :class:`SocketPolicy`, :class:`ClientOptions` (for ``rpc=``),
-:class:`LocalBackend` and :func:`fake_backend`, the ``wasinn_run`` fixture's types :class:`RunGuest` and
-:class:`GuestResult`, and the errors: :class:`WasiNNError` with its :class:`ErrorKind`, :class:`Errno`
-(the guest's return codes), :class:`GuestError`, :class:`PreloadError`.  Everything else is private by
-name or by package.
+:class:`LocalBackend` and :func:`fake_backend`, and the errors: :class:`WasiNNError` with its
+:class:`ErrorKind`, :class:`Errno` (the guest's return codes), :class:`GuestError`, :class:`PreloadError`.
+Everything else is private by name or by package.  The test tooling is not re-exported here (the package
+stands above no layer of it): the ``wasinn_run`` fixture's types ``RunGuest`` and ``GuestResult`` are
+imported from :mod:`wasinn_host.testing.guest_harness`.
 
 Layout, top layer first; a package imports only the packages below it (``tests/package/test_layers.py``):
 
@@ -52,21 +53,17 @@ from .sockets.policy import SocketPolicy
 
 if TYPE_CHECKING:
     from .rpc.endpoint import ClientOptions
-    from .testing.guest_harness import GuestResult, RunGuest
 
-_LAZY = {
-    "ClientOptions": "wasinn_host.rpc.endpoint",
-    "GuestResult": "wasinn_host.testing.guest_harness",
-    "RunGuest": "wasinn_host.testing.guest_harness",
-}
-"""Names imported on first use: gRPC and the test harness stay out of a plain ``import wasinn_host``."""
+_LAZY = {"ClientOptions": "wasinn_host.rpc.endpoint"}
+"""Names imported on first use: gRPC stays out of a plain ``import wasinn_host``."""
+_MOVED = {"GuestResult": "wasinn_host.testing.guest_harness", "RunGuest": "wasinn_host.testing.guest_harness"}
+"""Names the package once re-exported, and the module to import them from (named in the error)."""
 
 __all__ = [
     "ClientOptions",
     "Errno",
     "ErrorKind",
     "GuestError",
-    "GuestResult",
     "GuestStdout",
     "Limits",
     "LocalBackend",
@@ -74,7 +71,6 @@ __all__ = [
     "Preload",
     "PreloadError",
     "PromptCache",
-    "RunGuest",
     "RunOptions",
     "Session",
     "SocketPolicy",
@@ -91,7 +87,8 @@ def __getattr__(name: str) -> Any:
     """The names of :data:`_LAZY`, imported when first asked for."""
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        moved = f"; import it from {_MOVED[name]}" if name in _MOVED else ""
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}{moved}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -12,11 +12,11 @@ from wasinn_host import Errno, WasiNNError
 from wasinn_host.core.chat_template import (
     DEFAULT_CHATML,
     ChatTemplate,
-    model_chat_template,
     parse_messages,
     resolve_template,
 )
 from wasinn_host.ephemeral.errno import errno_for
+from wasinn_host.llama.model import model_chat_template
 from wasinn_host.testing import gguf_models as testmodels
 
 CONVERSATION = [

@@ -128,6 +128,28 @@ def test_sampling_and_context_keys_reach_the_context_params() -> None:
     assert (ContextParams().sampling.top_n_sigma, ContextParams().sampling.n_prev) == (-1.0, 64)
 
 
+def test_a_json_schema_and_a_grammar_replace_each_other() -> None:
+    """The core keeps a ``json-schema`` as JSON text (the backend turns it into its grammar): of the two keys,
+    the one a config sets last is in force (a schema wins within one config), and an empty schema leaves an
+    earlier one in force, as when the core converted it into ``grammar``."""
+
+    def applied(*docs: dict[str, Any]) -> tuple[str, str]:
+        params = ContextParams()
+        for doc in docs:
+            params = parse_config(json.dumps(doc)).apply_context(params)
+        return params.sampling.grammar, params.sampling.json_schema
+
+    schema, gbnf = '{"type": "integer"}', "root ::= [0-9]+"
+    assert applied({"json-schema": schema}) == ("", schema)
+    assert applied({"grammar": gbnf, "json-schema": schema}) == ("", schema)
+    assert applied({"grammar": gbnf}, {"json-schema": schema}) == ("", schema)
+    assert applied({"json-schema": schema}, {"grammar": gbnf}) == (gbnf, "")
+    assert applied({"json-schema": schema}, {"json-schema": ""}) == ("", schema)
+    assert applied({"json-schema": schema}, {"grammar": ""}) == ("", "")
+    assert applied({"grammar": gbnf, "json-schema": ""}) == (gbnf, "")
+    assert "not valid JSON" in refused({"json-schema": "{not json"})
+
+
 def test_no_implemented_key_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
     doc = {
         "reranking": False,

@@ -41,7 +41,7 @@ def sampler_of(session: Session) -> GreedySampler:
 def test_json_schema_output_parses_and_equals_the_grammar_first_chain(
     real_nn: WasiNN, natives: dict[str, NativeModel], name: str
 ) -> None:
-    from wasinn_host.core.config import schema_to_grammar
+    from wasinn_host.llama.json_schema import schema_to_grammar
 
     native = natives[name]
     prompt = b"Here is a JSON record about the programmer Ada Lovelace:\n"

@@ -27,11 +27,12 @@ import numpy as np
 import pytest
 
 from wasinn_host import ModelRegistry, WasiNN
-from wasinn_host.core.config import parse_config, schema_to_grammar
+from wasinn_host.core.config import parse_config
 from wasinn_host.core.inference import InferenceContext
 from wasinn_host.core.params import ContextParams, SamplingParams
 from wasinn_host.llama import sampler as host_sampler
 from wasinn_host.llama.grammar_sampling import GrammarSampler, GreedySampler, allowed_indices
+from wasinn_host.llama.json_schema import schema_to_grammar
 from wasinn_host.llama.piece_trie import PieceTrie
 from wasinn_host.testing.gguf_models import write_successor_model
 from wasinn_host.testing.real_models import real_model_path

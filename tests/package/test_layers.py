@@ -3,6 +3,11 @@
 Every module of ``wasinn_host`` is parsed, and every import counts wherever it is: at the top, inside a
 function (a lazy import is still a dependency) or under ``TYPE_CHECKING``.  A name imported from the
 package root (``from wasinn_host import WasiNN``) counts as an import of the module that defines it.
+The root itself stands in the host's layer (it re-exports the host's public names, and a plain
+``import wasinn_host`` must not depend on the test tooling or the command line); the modules its
+``_LAZY`` table imports on first use count as its imports.  A backend's own library counts as its
+package (:data:`BACKEND_LIBRARIES`: ``import llama_cpp`` is an import of ``llama/``), so ``core/`` and
+the front ends import no llama.cpp.
 The front ends share a layer, never import each other and reach the models only through ``backend/``
 (never ``llama/``); the one exception is the gRPC server, which serves the ``wasi_ephemeral_nn`` ABI and
 so uses that ABI's rules (:data:`EXCEPTIONS`), never its wasm binding.  A new package must be given its
@@ -33,9 +38,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("observability",),
 ]
 """The packages (and top-level modules), top layer first."""
+BACKEND_LIBRARIES = {"llama_cpp": "llama"}
+"""Third-party packages a backend wraps -> that backend's package: importing one counts as importing it."""
 LEAVES = frozenset({"models"})
 """Imported by anyone, importing nothing of the package (the demo model's data)."""
-SAME_LAYER = frozenset({("pytest_plugin", "testing"), ("host", "session")})
+SAME_LAYER = frozenset({("pytest_plugin", "testing"), ("host", "session"), ("", "host"), ("", "session")})
 """(importer, imported) pairs of one layer that may import each other in this direction."""
 FRONT_ENDS = frozenset({"ephemeral", "wit", "rpc", "sockets"})
 FRONT_END_BELOW = frozenset({"guest", "backend", "core", "observability"})
@@ -51,6 +58,10 @@ EXCEPTIONS = frozenset(
 """(importer package, imported module): the gRPC server serves the ``wasi_ephemeral_nn`` ABI with its
 handle tables, execution contexts, tensor checks and errno mapping."""
 LAYER = {name: index for index, names in enumerate(LAYERS) for name in names}
+ROOT_LAYER = LAYER["host"]
+"""The root's layer (its unit is ``''``): it re-exports the host's public names, and names below."""
+LAZY_TABLE = "_LAZY"
+"""The root's table of names imported on first use (name -> module): each entry counts as an import."""
 
 
 def module_names(package: pathlib.Path) -> dict[str, pathlib.Path]:
@@ -67,6 +78,11 @@ def imports_of(name: str, path: pathlib.Path, modules: dict[str, pathlib.Path]) 
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: list[tuple[str, list[str], int]] = []
     for node in ast.walk(ast.parse(path.read_text())):
+        if name == ROOT and isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
+            if any(isinstance(t, ast.Name) and t.id == LAZY_TABLE for t in node.targets):
+                for k, v in zip(node.value.keys, node.value.values):
+                    if isinstance(k, ast.Constant) and isinstance(v, ast.Constant) and isinstance(v.value, str):
+                        found.append((v.value, [str(k.value)], v.lineno))
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
@@ -81,7 +97,8 @@ def imports_of(name: str, path: pathlib.Path, modules: dict[str, pathlib.Path]) 
                 found.append((module, rest, node.lineno))
         elif isinstance(node, ast.Import):
             found += [(a.name, [], node.lineno) for a in node.names]
-    return [(module, names, line) for module, names, line in found if module.split(".")[0] == ROOT]
+    roots = (ROOT, *BACKEND_LIBRARIES)
+    return [(module, names, line) for module, names, line in found if module.split(".")[0] in roots]
 
 
 def root_exports(modules: dict[str, pathlib.Path]) -> dict[str, str]:
@@ -90,8 +107,11 @@ def root_exports(modules: dict[str, pathlib.Path]) -> dict[str, str]:
 
 
 def unit(module: str) -> str:
-    """The package (or top-level module) a module belongs to; '' for the root."""
+    """The package (or top-level module) a module belongs to; '' for the root; a backend's library: the
+    backend's package."""
     parts = module.split(".")
+    if parts[0] in BACKEND_LIBRARIES:
+        return BACKEND_LIBRARIES[parts[0]]
     return parts[1] if len(parts) > 1 else ""
 
 
@@ -104,7 +124,7 @@ def allowed(importer: str, target: str) -> bool:
         return True
     if importer in FRONT_ENDS and to not in FRONT_END_BELOW:
         return False
-    return LAYER[to] > LAYER[importer]
+    return LAYER[to] > (ROOT_LAYER if importer == "" else LAYER[importer])
 
 
 def violations(package: pathlib.Path) -> list[str]:
@@ -114,8 +134,8 @@ def violations(package: pathlib.Path) -> list[str]:
     found = []
     for name, path in modules.items():
         importer = unit(name)
-        if importer in ("", "__main__"):
-            continue  # the root and ``python -m wasinn_host`` stand above every layer
+        if importer == "__main__":
+            continue  # ``python -m wasinn_host`` is the command line: it stands above every layer
         for module, names, line in imports_of(name, path, modules):
             targets = [exports.get(n, ROOT) for n in names] if module == ROOT else [module]
             found += [f"{name}:{line} imports {t}" for t in targets if not allowed(importer, t)]
@@ -164,8 +184,20 @@ PLANTED = [
     ("llama/runtime.py", "from ..backend.protocol import Backend\n"),
     ("wit/llm_mapping.py", "from ..llama.bindings import llama_cpp\n"),
     ("session.py", "from .host import WasiNN\n"),
+    (
+        "core/config.py",
+        "def _gbnf(schema: str) -> str:\n"
+        "    from llama_cpp.llama_grammar import json_schema_to_gbnf\n\n"
+        "    return str(json_schema_to_gbnf(schema))\n",
+    ),
+    ("core/chat_template.py", "import llama_cpp\n"),
+    ("wit/imports.py", "from llama_cpp import llama_cpp as bindings\n"),
+    ("__init__.py", "if TYPE_CHECKING:\n    from .testing.guest_harness import RunGuest\n"),
+    ("__init__.py", '_LAZY = {**_LAZY, "GuestResult": "wasinn_host.testing.guest_harness"}\n'),
+    ("__init__.py", "from .cli import main\n"),
 ]
-"""Imports that would undo the layout, one per kind of today's (issue 29's) upward and sideways imports."""
+"""Imports that would undo the layout, one per kind of issue 29's upward and sideways imports and of issue 39's
+(llama.cpp in ``core/``, the test tooling in the package root)."""
 
 
 @pytest.mark.parametrize(("module", "line"), PLANTED, ids=[m for m, _ in PLANTED])
@@ -176,4 +208,5 @@ def test_a_planted_upward_import_is_found(tmp_path: pathlib.Path, module: str, l
     path.write_text(path.read_text() + "\n" + line)
     found = violations(copy)
     assert len(found) == 1, found
-    assert found[0].startswith(f"{ROOT}.{module.removesuffix('.py').replace('/', '.')}:")
+    parts = [ROOT, *module.removesuffix(".py").split("/")]
+    assert found[0].startswith(".".join(parts[:-1] if parts[-1] == "__init__" else parts) + ":")

@@ -33,10 +33,17 @@ def test_every_public_name_resolves_to_its_own_definition() -> None:
     names = {name: getattr(wasinn_host, name) for name in wasinn_host.__all__}
     assert names["WasiNN"].__module__ == "wasinn_host.host"
     assert names["ClientOptions"].__module__ == "wasinn_host.rpc.endpoint"  # imported on first use
-    assert names["RunGuest"].__module__ == "wasinn_host.testing.guest_harness"
     assert names["fake_backend"].__module__ == "wasinn_host.backend.fake"
     assert names["__version__"] == "0.1.0"
     assert sorted(wasinn_host.__all__) == sorted(set(wasinn_host.__all__))
+
+
+def test_the_fixture_types_are_imported_from_the_test_tooling_not_the_package() -> None:
+    """The package stands above no layer of its test tooling: ``RunGuest`` and ``GuestResult`` are the
+    harness's (where the docs import them from), and asking the package for one names that module."""
+    assert {"RunGuest", "GuestResult"}.isdisjoint(wasinn_host.__all__)
+    with pytest.raises(AttributeError, match=r"import it from wasinn_host\.testing\.guest_harness"):
+        wasinn_host.RunGuest  # noqa: B018
 
 
 def test_importing_the_package_loads_neither_grpc_nor_llama_nor_the_test_tools() -> None:

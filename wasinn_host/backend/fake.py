@@ -100,7 +100,8 @@ class FakeModel:
         return None
 
     def check_sampling(self, params: SamplingParams) -> None:
-        """Refuse logit-bias tokens outside the vocabulary, as the real runtime does."""
+        """Refuse logit-bias tokens outside the vocabulary, as the real runtime does (grammars and JSON schemas
+        are not enforced, so not checked: the successor model ignores sampling)."""
         for token, _bias in params.logit_bias:
             if token >= self.n_vocab:
                 raise WasiNNError(

@@ -25,9 +25,8 @@ prompt data, which the ABI receives as a tensor of bytes, not an encoded config.
 
 The model side is left to the caller and passed in as plain strings:
 
-* the template: :func:`model_chat_template` reads it with
-  ``llama_cpp.llama_model_chat_template(model, None)`` (``None`` when the GGUF has
-  none), and :func:`resolve_template` combines it with the config value;
+* the template: the backend's model reads it (:meth:`~wasinn_host.core.runtime.Model.chat_template`;
+  ``None`` when the model has none), and :func:`resolve_template` combines it with the config value;
 * ``bos_token`` / ``eos_token``: the *text* of the model's BOS and EOS tokens, as
   llama-cpp-python gets them (``model.token_get_text(token_bos())``; ``""`` when
   the model has no such token).
@@ -40,7 +39,6 @@ with one (llama-cpp-python does the same).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -58,7 +56,6 @@ from .errors import invalid
 __all__ = [
     "DEFAULT_CHATML",
     "ChatTemplate",
-    "model_chat_template",
     "parse_messages",
     "resolve_template",
 ]
@@ -219,23 +216,3 @@ def resolve_template(setting: bool | str, model_template: str | None) -> str | N
     if isinstance(setting, str):
         return setting
     raise invalid(f"chat-template: expected true, false or a template string, got {type(setting).__name__}")
-
-
-def model_chat_template(model: Any, reader: Callable[[Any, bytes | None], bytes | None] | None = None) -> str | None:
-    """The GGUF ``tokenizer.chat_template`` of a loaded llama.cpp model, or ``None``.
-
-    ``model`` is a ``llama_model_p`` (for llama-cpp-python's ``Llama``, that is
-    ``llm.model``).  ``reader`` defaults to ``llama_cpp.llama_model_chat_template``
-    and exists for tests.  A template that is not UTF-8 is an invalid argument.
-    """
-    if reader is None:
-        import llama_cpp  # deferred: this module is otherwise pure Python
-
-        reader = llama_cpp.llama_model_chat_template
-    raw = reader(model, None)
-    if not raw:
-        return None
-    try:
-        return bytes(raw).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise invalid("chat-template: the model's tokenizer.chat_template is not valid UTF-8") from exc

@@ -428,7 +428,12 @@ def parse_config(text: bytes | str) -> ParsedConfig:
         model["tensor_split"] = parse_tensor_split(model["tensor_split"])
     sampling = groups["sampling"]
     if sampling.get("json_schema"):
-        sampling["grammar"] = schema_to_grammar(sampling["json_schema"])
+        check_json_schema(sampling["json_schema"])
+        sampling["grammar"] = ""  # the schema's grammar (the backend converts it) replaces the grammar
+    else:
+        sampling.pop("json_schema", None)  # "" leaves an earlier schema in force, as it always left its grammar
+        if "grammar" in sampling:
+            sampling["json_schema"] = ""  # a grammar replaces an earlier schema
     return ParsedConfig(**groups, source=text)
 
 
@@ -442,15 +447,11 @@ def parse_tensor_split(text: str) -> tuple[float, ...] | None:
     return values if all(math.isfinite(v) and v >= 0.0 for v in values) else None
 
 
-def schema_to_grammar(schema: str) -> str:
-    """JSON schema text to GBNF (llama.cpp's converter); an invalid argument with the reason if it fails."""
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-
+def check_json_schema(schema: str) -> None:
+    """Refuse (invalid argument, with the reason) a ``json-schema`` that is not JSON.  The schema is kept as
+    given: the backend turns it into the constraint it enforces (llama.cpp's backend: a GBNF grammar,
+    which replaces ``grammar``) and refuses one it cannot convert when it checks the sampling parameters."""
     try:
         orjson.loads(schema)
     except orjson.JSONDecodeError as exc:
         raise invalid(f"config key 'json-schema': not valid JSON: {exc}") from None
-    try:
-        return str(json_schema_to_gbnf(schema))
-    except Exception as exc:  # the converter raises plain exceptions of several kinds
-        raise invalid(f"config key 'json-schema': cannot convert to a grammar: {type(exc).__name__}: {exc}") from None

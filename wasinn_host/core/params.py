@@ -127,7 +127,11 @@ class SamplingParams:
     seed: int = DEFAULT_SEED
     logit_bias: tuple[tuple[int, float], ...] = ()
     grammar: str = ""
+    """A GBNF grammar the output must match (``""``: none)."""
     json_schema: str = ""
+    """A JSON schema the output must match (``""``: none), kept as the guest gave it: the backend turns it
+    into what it enforces (llama.cpp: a grammar, in place of ``grammar``).  A config that sets a schema clears
+    ``grammar``; one that sets a grammar clears the schema."""
     grammar_first: bool = False
     """Mask with the grammar before every draw instead of only after the chain's draw is refused."""
     n_probs: int = 0

@@ -65,7 +65,8 @@ class Model(Protocol):
         """The model's chat template, if it has one."""
 
     def check_sampling(self, params: SamplingParams) -> None:
-        """Refuse (invalid argument) sampling parameters this model cannot use."""
+        """Refuse (invalid argument) sampling parameters this model cannot use (a grammar or JSON schema
+        the backend cannot parse or convert included)."""
 
     def close(self) -> None:
         """Free what it holds."""

@@ -6,9 +6,11 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from ..core.errors import ErrorKind, WasiNNError
+from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.kv_types import GGML_TYPES
 from ..core.params import POOLING_RANK, ModelParams, SamplingParams
 from ..core.runtime import DEFAULT_SEQUENCES, MAX_DEFAULT_CTX
@@ -32,6 +34,23 @@ def default_threads() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         return os.cpu_count() or 1
+
+
+def model_chat_template(
+    model: Any, reader: Callable[[Any, bytes | None], bytes | None] = llama_cpp.llama_model_chat_template
+) -> str | None:
+    """The GGUF ``tokenizer.chat_template`` of a loaded model (a ``llama_model_p``), or ``None``.
+
+    ``reader`` is ``llama_cpp.llama_model_chat_template`` but for tests.  A template that is not UTF-8
+    is an invalid argument.
+    """
+    raw = reader(model, None)
+    if not raw:
+        return None
+    try:
+        return bytes(raw).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise invalid("chat-template: the model's tokenizer.chat_template is not valid UTF-8") from exc
 
 
 def gpu_layers(path: Path, params: ModelParams) -> int:
@@ -188,12 +207,11 @@ class LlamaModel:
 
     def chat_template(self) -> str | None:
         """The GGUF ``tokenizer.chat_template``, or None."""
-        from ..core.chat_template import model_chat_template  # Jinja: imported when a template is asked for
-
         return model_chat_template(self.ptr)
 
     def check_sampling(self, params: SamplingParams) -> None:
-        """Refuse (invalid argument) a grammar that does not parse or a logit-bias token outside the vocabulary."""
+        """Refuse (invalid argument) a JSON schema that does not convert to a grammar, a grammar that does not
+        parse or a logit-bias token outside the vocabulary."""
         check_sampling(self, params)
 
     def close(self) -> None:

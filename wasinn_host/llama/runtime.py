@@ -1,11 +1,12 @@
 """The real :class:`~wasinn_host.core.runtime.Runtime`: llama.cpp through llama-cpp-python's
 low-level API, in typed wrappers that know nothing about guests or handles.
 
-``model.py`` loads weights, ``context.py`` decodes batches and edits the KV cache per sequence,
-``sampler.py`` builds sampler chains, ``version.py`` names the linked llama.cpp.  The other modules
-that touch ``llama_cpp`` do so for one narrow job each: ``log.py`` (llama.cpp's log),
-``model_check.py`` (loading untrusted files in a child process), ``core/config.py`` (llama.cpp's
-JSON-schema-to-grammar converter) and ``core/chat_template.py`` (reading a GGUF's template).
+``model.py`` loads weights (and reads a GGUF's chat template), ``context.py`` decodes batches and edits
+the KV cache per sequence, ``sampler.py`` builds sampler chains, ``version.py`` names the linked
+llama.cpp.  The other modules that touch ``llama_cpp`` do so for one narrow job each: ``log.py``
+(llama.cpp's log), ``model_check.py`` (loading untrusted files in a child process) and
+``json_schema.py`` (llama.cpp's JSON-schema-to-grammar converter).  Nothing in ``core/`` imports
+``llama_cpp``.
 """
 
 from __future__ import annotations

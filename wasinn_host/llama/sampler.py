@@ -1,5 +1,5 @@
 """Sampler chains built as llama.cpp's ``common_sampler_init`` builds them, and the checks of a
-guest's grammar and logit bias against the model."""
+guest's grammar (or JSON schema) and logit bias against the model."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from ..core.errors import ErrorKind, WasiNNError
 from ..core.params import SamplingParams
 from .bindings import llama_cpp
 from .grammar_sampling import GrammarSampler, GreedySampler
+from .json_schema import sampling_grammar
 from .log import CAPTURE_LOCK
 from .piece_trie import has_token_elements, trie_of
 
@@ -56,10 +57,11 @@ class Sampler:
         stages then)."""
         self.greedy: GreedySampler | None = None
         self.grammar: GrammarSampler | None = None
-        if not params.grammar and not params.greedy:
+        gbnf = sampling_grammar(params)
+        if not gbnf and not params.greedy:
             self.ptr = _chain(_pre_stages(model, params, n_ctx_seq) + _draw_stages(model, params))
             return
-        grammar = grammar_sampler(model, params.grammar) if params.grammar else None  # invalid: raises first
+        grammar = grammar_sampler(model, gbnf) if gbnf else None  # invalid: raises first
         try:
             pre = _pre_stages(model, params, n_ctx_seq)
         except BaseException:
@@ -79,7 +81,7 @@ class Sampler:
             top_k,
             model.n_vocab,
             grammar_first=params.grammar_first,
-            trie=None if has_token_elements(params.grammar) else functools.partial(trie_of, model),
+            trie=None if has_token_elements(gbnf) else functools.partial(trie_of, model),
             piece=model.piece,
         )
 
@@ -150,10 +152,12 @@ def grammar_sampler(model: LlamaModel, grammar: str) -> ctypes.c_void_p:
 
 
 def check_sampling(model: LlamaModel, params: SamplingParams) -> None:
-    """Raise an invalid-argument error if the grammar does not parse or a logit-bias token is not in the vocabulary."""
+    """Raise an invalid-argument error if the JSON schema does not convert to a grammar, the grammar does
+    not parse or a logit-bias token is not in the vocabulary."""
     _check_logit_bias(model, params)
-    if params.grammar:
-        llama_cpp.llama_sampler_free(grammar_sampler(model, params.grammar))
+    gbnf = sampling_grammar(params)
+    if gbnf:
+        llama_cpp.llama_sampler_free(grammar_sampler(model, gbnf))
 
 
 def _check_logit_bias(model: LlamaModel, p: SamplingParams) -> None:
