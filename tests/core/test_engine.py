@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import pathlib
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,7 +18,7 @@ from wasinn_host.core.generation import GenerationRequest, GenerationResult, Sto
 from wasinn_host.core.params import ModelParams, SamplingParams, StopParams
 from wasinn_host.core.runtime import Context, KvLayout
 from wasinn_host.core.scheduler import ContextState, ModelWorker
-from wasinn_host.testing.successor import successor_tokenize
+from wasinn_host.testing.successor import successor_text, successor_tokenize
 
 pytestmark = pytest.mark.fast
 
@@ -192,6 +193,56 @@ def test_sequences_grow_when_more_contexts_compute(fake_model: pathlib.Path) -> 
     assert [text(r) for r in results] == ["bcdefghijklmnopqrstu"] * 8
     assert (len(worker.slots), worker.sequences_high_water) == (8, 8)
     assert worker.growths in (1, 2), "2 -> 8, or 2 -> 4 -> 8 when the contexts arrive one by one"
+    worker.close()
+
+
+def test_guests_arriving_over_several_steps_decode_together_in_one_pass(fake_model: pathlib.Path) -> None:
+    """After 32 contexts grew the model and left their cells behind, 8 new contexts arriving one step
+    apart, whose prompts start as some of the old ones did, take the lowest free sequences: once the
+    last arrived, every step decodes all 8 in one pass (llama.cpp splits a batch at each gap in its
+    sequence ids, and each pass costs a step's fixed cost on a GPU)."""
+    worker = make_worker(fake_model, n_seq=4, delay=0.001, grow_to=64)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+
+    def run_all(prompts: list[str], gap_steps: int = 0) -> list[GenerationResult]:
+        results: dict[int, GenerationResult] = {}
+
+        def run(i: int) -> None:
+            state = ContextState()
+            results[i] = worker.submit(request(prompts[i], limit=30), state)
+            worker.release(state)
+
+        threads = []
+        for i in range(len(prompts)):
+            steps = worker.steps
+            threads.append(threading.Thread(target=run, args=(i,)))
+            threads[-1].start()
+            while gap_steps and worker.steps < steps + gap_steps and any(t.is_alive() for t in threads):
+                time.sleep(0.0002)
+        for thread in threads:
+            thread.join()
+        return [results[i] for i in range(len(prompts))]
+
+    run_all([letters[i % 26] + "5" for i in range(32)])
+    assert len(worker.slots) >= 16
+    seen: list[list[int]] = []
+    decode = worker.context.decode
+
+    def recording(batch: Any, first: int = 0, count: int | None = None) -> int:
+        tokens = batch.tokens[first:] if count is None else batch.tokens[first : first + count]
+        seen.append(sorted({seq for _, _, seq, _ in tokens}))
+        return decode(batch, first, count)
+
+    worker.context.decode = recording  # type: ignore[method-assign]
+    prompts = [letters[i] + str(i % 10) for i in range(0, 16, 2)]  # each shares BOS and a letter with old cells
+    results = run_all(prompts, gap_steps=1)
+    assert [text(r) for r in results] == [successor_text(p, 30) for p in prompts]
+    arrived = next(i for i in range(len(seen)) if len(set().union(*seen[: i + 1])) == 8)
+    together = [i for i, seqs in enumerate(seen) if len(seqs) == 8]
+    assert together[0] == arrived, "the last guest's first decode is every guest's"
+    assert len(together) >= 30 - (arrived + 1) and len(seen) <= 30 + 8 + 2, "decoded together until they end"
+    for seqs in seen:
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), f"a gap in the sequence ids {seqs}"
     worker.close()
 
 

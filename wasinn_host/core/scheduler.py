@@ -57,7 +57,6 @@ from .speculation import MAX_SPECULATIVE_BATCH
 from .step_cost import StepCost, attended
 from .stop_rules import cut_at_stop
 from .stream_feed import StreamFeed
-from .tokens import common_prefix
 
 __all__ = [
     "MAX_SPECULATIVE_BATCH",
@@ -144,6 +143,8 @@ class ModelWorker:
         self._cv = threading.Condition()
         self._closing = False
         self.decode_calls = 0
+        self.decode_passes = 0
+        """Forward passes llama.cpp made over those decodes (:func:`.draft_budget.passes`)."""
         self.decoded_tokens = 0
         self.generated_tokens = 0
         self.sequences_decoded = 0  # summed over decode calls: busy sequences per decode
@@ -397,10 +398,15 @@ class ModelWorker:
         return any(not s.busy for s in self.slots)
 
     def _pick_slot(self, job: Job) -> Slot | None:
-        """The job's own slot, else the free slot sharing the longest real prefix, else the lowest id.
+        """The job's own slot; else the free slot holding a prefix of its tokens worth keeping
+        (:data:`~.prefix_reuse.MIN_SHARED_PREFIX` tokens or more); else the lowest free id.
 
-        Keeping busy slots at low, consecutive ids matters: llama.cpp splits a batch whose
-        sequence ids are not consecutive into several forward passes.
+        Keeping busy slots at low, consecutive ids matters: llama.cpp splits a batch whose sequence
+        ids are not consecutive into several forward passes, one more for each gap, on every step of
+        the generations that follow.  A few tokens of a stale prefix (a prompt starting as an earlier
+        one did) are not worth that; a longer prefix any sequence holds is copied into the chosen one
+        (:meth:`_copy_prefix`).  Among free slots, those no idle context owns go first, then the least
+        recently used.
         """
         own = job.state.slot
         if own is not None and own.owner is job.state and not own.busy:
@@ -413,9 +419,14 @@ class ModelWorker:
         unowned = [s for s in free if s.owner is None] or free
 
         def score(slot: Slot) -> tuple[int, float, int]:
-            shared = common_prefix(slot.kv, job.tokens)
-            # BOS alone is no reuse; among idle contexts' slots, the least recently used goes first
-            return (shared if shared > 1 else 0, -slot.last_used if slot.owner is not None else 0.0, -slot.seq_id)
+            shared = prefix_reuse.reusable(job, slot) if slot.kv else 0
+            # a short shared prefix is no reason to leave a gap; among idle contexts' slots, the least
+            # recently used goes first
+            return (
+                shared if shared >= MIN_SHARED_PREFIX else 0,
+                -slot.last_used if slot.owner is not None else 0.0,
+                -slot.seq_id,
+            )
 
         return max(unowned, key=score)
 
@@ -622,6 +633,7 @@ class ModelWorker:
         self._copy_targets.clear()
         self._pending_copies.clear()
         self.decode_calls += 1
+        self.decode_passes += n_passes
         self.decoded_tokens += n_tokens
         self.sequences_decoded += len(in_batch)
         if rc == 0:
