@@ -193,6 +193,9 @@ class FakeContext:
         self._last = list(tokens)
         return 0
 
+    def synchronize(self) -> None:
+        """Nothing to wait for: a fake decode has finished when it returns."""
+
     def decode_image(self, span: object, pos: int, seq_id: int) -> int:
         """The fake model has no projector: every image fails to decode."""
         return 1

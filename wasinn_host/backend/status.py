@@ -2,7 +2,8 @@
 
 :func:`model_status` gives the backend's sections: ``queue`` (waiting and running requests
 per model), ``memory`` (weights, KV cache, process RSS), ``performance`` (requests, tokens,
-decode calls, busy sequences per decode), ``models`` and ``preloads``; a front end adds its
+decode calls, busy sequences per decode; per model, llama.cpp's passes per decode and where the
+worker's steps spend their time: :mod:`wasinn_host.core.step_clock`), ``models`` and ``preloads``; a front end adds its
 own ``sessions`` section (Stores and execution contexts).
 """
 
@@ -60,6 +61,8 @@ def _model_entry(model: "LoadedModel") -> dict[str, Any]:
         "draft_tokens": worker.drafted_tokens,
         "accepted_draft_tokens": worker.accepted_draft_tokens,
         "decode_calls": worker.decode_calls,
+        "passes_per_decode": round(worker.decode_passes / worker.decode_calls, 3) if worker.decode_calls else 0.0,
+        "step_time": worker.clock.report(),
         "sequences_per_decode": round(worker.sequences_decoded / worker.decode_calls, 3)
         if worker.decode_calls
         else 0.0,

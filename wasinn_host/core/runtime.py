@@ -124,6 +124,10 @@ class Context(Protocol):
         """Decode ``count`` tokens (None: the rest) from index ``first`` of a batch this context made; 0 on
         success.  Batch indices of the logits are then counted from ``first``."""
 
+    def synchronize(self) -> None:
+        """Wait until the last decode has finished on its device (a GPU backend decodes asynchronously
+        until its outputs are read; on a CPU the decode has finished when it returns)."""
+
     def decode_image(self, span: Any, pos: int, seq_id: int) -> int:
         """Decode one image of a prompt (a ``vision.ImageSpan``) into ``seq_id`` at ``pos``; 0 on success."""
 

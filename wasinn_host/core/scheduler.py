@@ -54,6 +54,7 @@ from .prompt_cache import ModelPromptCache
 from .runtime import Context, Model
 from .slot_state import ContextState, Job, Slot
 from .speculation import MAX_SPECULATIVE_BATCH
+from .step_clock import StepClock
 from .step_cost import StepCost, attended
 from .stop_rules import cut_at_stop
 from .stream_feed import StreamFeed
@@ -142,6 +143,8 @@ class ModelWorker:
         """Idle contexts that gave up their sampler and slot (:meth:`_went_idle`)."""
         self._cv = threading.Condition()
         self._closing = False
+        self.clock = StepClock()
+        """Where the worker's steps spend their time (:mod:`.step_clock`)."""
         self.decode_calls = 0
         self.decode_passes = 0
         """Forward passes llama.cpp made over those decodes (:func:`.draft_budget.passes`)."""
@@ -255,12 +258,16 @@ class ModelWorker:
                 if self._closing and not (self._incoming or self._active or self._waiting):
                     self._do_releases()
                     return
+                self.clock.start()
                 self._take_incoming()
                 self._do_releases()
             try:
                 self._admit()
+                self.clock.lap("admit")
                 if self._active and self._hold_for_streams():
+                    self.clock.start()  # the wait is no phase of a step
                     self._admit()  # the streams that came back
+                    self.clock.lap("admit")
                 if self._active:
                     self._step()
                 elif self._waiting:
@@ -506,13 +513,16 @@ class ModelWorker:
                     self._cv.wait(SINK_WAIT_S)
             return
         in_batch = self._fill_batch(planned)
+        self.clock.lap("plan")
         first = 0
         for part in decode_parts.parts(self._batch_rows, self.logits_rows):
             jobs, counts = in_batch[part.start : part.stop], self._batch_counts[part.start : part.stop]
             n_tokens = sum(n for _, n in counts)
             if self._decode(jobs, first, n_tokens, counts, sum(self._batch_cells[part.start : part.stop])):
                 self._use_outputs(jobs, first)
+            self.clock.lap("sample")
             first += n_tokens
+        self.clock.steps += 1
 
     def _use_outputs(self, jobs: list[Job], first: int) -> None:
         """Sample (or read the embedding of) each job of a part just decoded whose tokens are all
@@ -626,6 +636,9 @@ class ModelWorker:
         sequence, attending ``cells`` KV cells); on failure, free the jobs' cells and fail them."""
         began = time.perf_counter()
         rc = self.context.decode(self._batch, first, n_tokens)
+        self.clock.lap("launch")
+        self.context.synchronize()
+        self.clock.lap("device")
         seconds, n_passes = time.perf_counter() - began, passes(counts)
         self.decode_cost.record(n_tokens, n_passes, seconds)
         self.step_cost.record(n_tokens, n_passes, cells, seconds)

@@ -171,6 +171,10 @@ class LlamaContext:
             return int(llama_cpp.llama_decode(self.ptr, batch.raw))
         return int(llama_cpp.llama_decode(self.ptr, batch.part(first, count)))
 
+    def synchronize(self) -> None:
+        """``llama_synchronize``: wait until the device has finished the last decode."""
+        llama_cpp.llama_synchronize(self.ptr)
+
     def seq_rm(self, seq_id: int, start: int) -> None:
         """Drop the sequence's cells from position ``start`` on."""
         llama_cpp.llama_memory_seq_rm(self.memory, seq_id, start, -1)

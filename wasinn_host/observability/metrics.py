@@ -47,6 +47,20 @@ class StatusCollector:
             for model in status["models"]:
                 counter.add_metric([model["name"]], model[key])
             yield counter
+        steps = CounterMetricFamily(
+            "wasinn_step_seconds",
+            "Seconds the model's worker spent in each phase of its steps",
+            labels=["model", "phase"],
+        )
+        for model in status["models"]:
+            for key, seconds in model["step_time"].items():
+                if key.endswith("_s"):
+                    steps.add_metric([model["name"], key[: -len("_s")]], seconds)
+        yield steps
+        step_count = CounterMetricFamily("wasinn_steps", "Steps the model's worker decoded", labels=["model"])
+        for model in status["models"]:
+            step_count.add_metric([model["name"]], model["step_time"]["steps"])
+        yield step_count
         rpc = status.get("rpc")  # `wasinn serve`: contexts are held by remote sessions
         contexts = rpc["contexts"] if rpc is not None else status["sessions"]["execution_contexts"]
         yield GaugeMetricFamily("wasinn_execution_contexts", "Execution contexts alive", value=contexts)
