@@ -1,0 +1,134 @@
+"""Streams sample ahead of their guests; stream-stdout pieces leave the worker through a bounded queue
+(fake runtime, no llama.cpp)."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import threading
+from typing import Any
+
+import pytest
+
+from wasinn_host.core.generation import StopReason
+from wasinn_host.core.scheduler import ContextState, ModelWorker
+from wasinn_host.core.stream_feed import StreamFeed
+from wasinn_host.guest.piece_queue import PieceQueue
+from wasinn_host.testing.successor import successor_text
+
+from .test_engine import make_worker, request, text
+
+pytestmark = pytest.mark.fast
+
+
+def no_timed_waits(cv: Any, timed: list[float]) -> None:
+    """Record every timed wait on ``cv`` (a Condition) in ``timed``."""
+    wait = cv.wait
+
+    def recording(timeout: float | None = None) -> bool:
+        if timeout is not None:
+            timed.append(timeout)
+        return bool(wait(timeout))
+
+    cv.wait = recording
+
+
+def stream(worker: ModelWorker, state: ContextState, prompt: str, first: bool, lookahead: int) -> StreamFeed:
+    feed = StreamFeed(lookahead)
+    worker.start_stream(request(prompt, limit=1 << 30, streaming=True, reset_sampler=first), state, feed)
+    return feed
+
+
+def test_one_job_serves_a_whole_stream_without_timed_waits(fake_model: pathlib.Path) -> None:
+    """A guest taking its tokens as they come: one request for the whole stream, one step a token, the
+    tokens those of a compute, the last carrying end of generation; neither the worker nor the guest
+    waits with a timeout on the way."""
+    worker = make_worker(fake_model, delay=0.001)
+    timed: list[float] = []
+    no_timed_waits(worker._cv, timed)
+    state = ContextState()
+    feed = stream(worker, state, "f", True, 16)
+    no_timed_waits(feed._cv, timed)
+    pieces, reasons = [], []
+    while (item := feed.take()) is not None:
+        pieces.append(bytes(item.text).decode())
+        reasons.append(item.stop_reason)
+    assert "".join(pieces) == successor_text("f") + "</s>"
+    assert reasons == [StopReason.TOKEN] * (len(pieces) - 1) + [StopReason.EOS]
+    assert (worker.requests, worker.decode_calls, worker.clock.steps) == (1, len(pieces), len(pieces))
+    assert feed.final is not None and feed.final.error is None and not state.mid_stream
+    assert timed == []
+    worker.close()
+
+
+def test_a_guest_that_stops_reading_pauses_its_stream_at_the_lookahead(fake_model: pathlib.Path) -> None:
+    """A guest that takes nothing: its job samples 5 tokens and ends, giving its sequence up (the
+    sampler kept, mid-stream); once the guest has taken those, the next job goes on from them, and the
+    stream is the one a compute gives."""
+    worker = make_worker(fake_model)
+    state = ContextState()
+    feed = stream(worker, state, "5", True, 5)  # digits cycle for ever: only the lookahead stops it
+    while feed.running:
+        threading.Event().wait(0.001)
+    assert feed.backlog == 5 and feed.final is not None and feed.final.stop_reason is StopReason.TOKEN
+    assert state.mid_stream and state.slot is not None and not state.slot.busy
+    taken = [item for item in iter(feed.take, None)]
+    assert len(taken) == 5
+    tokens = request("5", limit=1).tokens + tuple(t for item in taken for t in item.generated)
+    more = StreamFeed(5)
+    worker.start_stream(
+        dataclasses.replace(request("", limit=1 << 30, streaming=True, reset_sampler=False), tokens=tokens),
+        state,
+        more,
+    )
+    taken += [more.take() for _ in range(5)]  # type: ignore[misc]
+    assert "".join(bytes(item.text).decode() for item in taken) == successor_text("5", 10)
+    # the continuation decodes only the last token taken (the 4 before it are in the sequence)
+    assert worker.requests == 2 and worker.prompt_tokens_decoded == len(request("5", limit=1).tokens) + 1
+    worker.close()
+
+
+def test_a_guest_ending_its_stream_midway_stops_the_job(fake_model: pathlib.Path) -> None:
+    """``end`` returns once the worker dropped the job; the sequence is free for the next request, which
+    keeps the prompt's cells (all but its last token, decoded again for its logits)."""
+    worker = make_worker(fake_model, delay=0.002)
+    state = ContextState()
+    feed = stream(worker, state, "5", True, 1000)
+    assert feed.take() is not None
+    feed.end()
+    assert not feed.running and feed.final is not None and feed.final.stop_reason is StopReason.STREAM_ENDED
+    assert feed.final.error is None and not state.mid_stream and state.slot is not None and not state.slot.busy
+    again = worker.submit(request("5", limit=3), state)
+    assert text(again) == successor_text("5", 3) and again.reused_tokens == 1
+    worker.close()
+
+
+def test_a_store_whose_stdout_is_behind_holds_back_its_own_compute_only(fake_model: pathlib.Path) -> None:
+    """stream-stdout pieces go through a queue of 4: while its sink is stuck, that compute samples at
+    most 4 more pieces and waits out of the steps; another compute runs to its end meanwhile; once the
+    sink takes them, every piece arrives, in order."""
+    worker = make_worker(fake_model)
+    stuck = threading.Event()
+    written: list[bytes] = []
+
+    def sink(piece: bytes) -> None:
+        stuck.wait()
+        written.append(piece)
+
+    queue = PieceQueue(sink, max_pieces=4)
+    slow: dict[str, Any] = {}
+    thread = threading.Thread(
+        target=lambda: slow.update(
+            result=worker.submit(request("a", on_piece=queue, piece_room=queue.has_room), ContextState())
+        )
+    )
+    thread.start()
+    other = worker.submit(request("k"), ContextState())
+    assert text(other) == successor_text("k") + "</s>"
+    assert thread.is_alive() and len(queue._pieces) <= 4
+    stuck.set()
+    thread.join()
+    queue.flush()
+    assert b"".join(written).decode() == text(slow["result"]) == successor_text("a") + "</s>"
+    queue.close()
+    worker.close()
