@@ -9,20 +9,31 @@ autoloading off, ``-p wasinn_host.pytest_plugin``)::
         assert "defghijklmnopqrstuvwxyz" in result.stdout
         assert result.calls["compute"] == 1
 
-``model`` is a built-in test model (``successor``, ``demo``, ``random``: ``wasinn model --list``), a
-name that ``--wasinn-model NAME=PATH`` gives a file, or a GGUF path; ``name`` is the preload name
+``model`` is a built-in test model (``successor``, ``demo``, ``random``, ``tts``: ``wasinn model --list``),
+a name that ``--wasinn-model NAME=PATH`` gives a file, or a GGUF path; ``name`` is the preload name
 the guest loads (default ``default``); ``env``, ``dirs``, ``stdin``, ``timeout`` and any
 :class:`~wasinn_host.Limits` field as a keyword work as for ``wasinn run``.  ``result.stdout`` is the
 guest's stdout as ``wasinn run`` prints it, ``stream-stdout`` pieces included.  The work is done by
 :class:`~wasinn_host.testing.guest_harness.GuestHarness`, one per test session: models are written
 and loaded once, guests compiled once.  This module imports only pytest at start-up, so every
 pytest session of a machine with wasinn-host installed stays as quick to start as before.
+
+A file a guest names itself, such as the vocoder of a text-to-speech graph (``model-vocoder``), comes
+from the ``wasinn_model_file`` fixture: ``wasinn_model_file("vocoder")`` is the session's file for that
+name (written once, or the ``--wasinn-model vocoder=PATH`` file), to give the guest through ``dirs``::
+
+    def test_my_tts_guest(wasinn_run, wasinn_model_file, tmp_path):
+        vocoder = wasinn_model_file("vocoder")
+        env = {"tts": "true", "tts_output_file": "output.wav", "model_vocoder": f"/models/{vocoder.name}"}
+        dirs = [(str(tmp_path), "."), (str(vocoder.parent), "/models")]
+        result = wasinn_run("build/tts.wasm", ["default", "Hello"], model="tts", env=env, dirs=dirs)
+        assert result.exit_code == 0 and len((tmp_path / "output.wav").read_bytes()) == 25_644
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 import pytest
 
@@ -41,8 +52,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="append",
         default=[],
         metavar="NAME=PATH",
-        help="serve this GGUF file wherever a test asks wasinn_run for model NAME (a built-in test model "
-        "such as demo, or any name the tests use); repeatable",
+        help="serve this GGUF file wherever a test asks wasinn_run (or wasinn_model_file) for model NAME (a "
+        "built-in test model such as demo or vocoder, or any name the tests use); repeatable",
     )
 
 
@@ -99,3 +110,19 @@ def wasinn_run(wasinn_harness: GuestHarness) -> RunGuest:
         pytest.fail(message, pytrace=False)  # outside the except: one line, no chained traceback
 
     return run
+
+
+@pytest.fixture
+def wasinn_model_file(wasinn_harness: GuestHarness) -> Callable[[str], Path]:
+    """``wasinn_model_file(name)``: the file the session serves for a model name (a built-in written once,
+    or the ``--wasinn-model NAME=PATH`` file), e.g. the ``vocoder`` a TTS guest names in ``model-vocoder``."""
+    from .testing.model_catalog import ModelToolsMissing, UnknownModel
+
+    def path(name: str) -> Path:
+        try:
+            return wasinn_harness.models.path(name).resolve()
+        except (UnknownModel, ModelToolsMissing) as exc:
+            message = f"wasinn_model_file: {exc}"
+        pytest.fail(message, pytrace=False)
+
+    return path

@@ -103,7 +103,17 @@ def first_cells(text: str) -> list[str]:
 def test_cli_reference_lists_every_option_of_every_command() -> None:
     commands = [[c] for c in cli_subcommands()] + [["model", m] for m in cli_subcommands("model")]
     names = {" ".join(c) for c in commands}
-    assert names == {"run", "serve", "info", "model", "model successor", "model random", "model demo"}
+    assert names == {
+        "run",
+        "serve",
+        "info",
+        "model",
+        "model successor",
+        "model random",
+        "model demo",
+        "model tts",
+        "model vocoder",
+    }
     pages = sections("docs/reference/cli.md")
     for command in commands:
         text = pages[f"`wasinn {' '.join(command)}`"]

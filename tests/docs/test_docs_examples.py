@@ -129,11 +129,25 @@ def test_command_runs(page: str, command: str, sandbox: pathlib.Path) -> None:
 
 def test_ci_page_plain_shell_check_passes(sandbox: pathlib.Path) -> None:
     """The lines of the CI page's shell block that need no install: write the model, run, compare."""
-    block = next(body for lang, body in blocks(ROOT / "docs/guides/ci.md") if lang == "sh" and 'test "$(' in body)
+    block = next(
+        body
+        for lang, body in blocks(ROOT / "docs/guides/ci.md")
+        if lang == "sh" and 'test "$(' in body and "wasinn model successor" in body
+    )
     lines = [line for line in block.splitlines() if line.startswith(("wasinn model successor", 'test "$('))]
     assert len(lines) == 2, block
     result = shell(sandbox, "\n".join(lines))
     assert result.returncode == 0, result.stderr
+
+
+def test_ci_page_tts_shell_check_passes(sandbox: pathlib.Path) -> None:
+    """The CI page's text-to-speech check without pytest, whole: write the two models, run the tts guest,
+    compare the WAV's size."""
+    block = next(body for lang, body in blocks(ROOT / "docs/guides/ci.md") if lang == "sh" and "model tts" in body)
+    assert block.count("\n") == 3 and 'test "$(' in block, block
+    result = shell(sandbox, block)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (sandbox / "output.wav").stat().st_size == 25_644
 
 
 def test_grpc_pair_serves_the_guest(sandbox: pathlib.Path, tmp_path: pathlib.Path) -> None:
@@ -163,4 +177,5 @@ def test_grpc_pair_serves_the_guest(sandbox: pathlib.Path, tmp_path: pathlib.Pat
 def test_model_list_names_the_fixture_models(sandbox: pathlib.Path) -> None:
     assert "wasinn model --list" in TEXT[ROOT / "docs/guides/ci.md"]
     result = shell(sandbox, "wasinn model --list")
-    assert result.returncode == 0 and all(m in result.stdout for m in ("successor", "random", "demo")), result.stderr
+    names = ("successor", "random", "demo", "tts", "vocoder")
+    assert result.returncode == 0 and all(m in result.stdout for m in names), result.stderr

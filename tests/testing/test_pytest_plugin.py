@@ -19,6 +19,7 @@ import wasinn_host.pytest_plugin  # noqa: F401
 import wasinn_host.testing.guest_harness  # noqa: F401
 from wasinn_host.testing.gguf_models import successor_text
 from wasinn_host.testing.guest_runs import GUESTS, wasinn_cli
+from wasinn_host.testing.tts_models import TEST_SPEAKER, write_speaker_file
 
 PLUGIN = ("-p", "wasinn_host.pytest_plugin")
 CORE_CALLS = (
@@ -140,7 +141,7 @@ def test_successor_is_not_swapped(wasinn_run):
 def project(pytester: pytest.Pytester) -> pytest.Pytester:
     """A throwaway project holding copies of the example guests and an endless-loop guest."""
     guests = pytester.mkdir("guests")
-    for name in ("complete.wasm", "chat.wasm", "load_bytes.wasm", "components/nn_complete.wasm"):
+    for name in ("complete.wasm", "chat.wasm", "load_bytes.wasm", "tts.wasm", "components/nn_complete.wasm"):
         shutil.copy(GUESTS / name, guests / pathlib.Path(name).name)
     loop = wasmtime.wat2wasm('(module (memory (export "memory") 1) (func (export "_start") (loop br 0)))')
     (guests / "loop.wasm").write_bytes(bytes(loop))
@@ -179,8 +180,8 @@ def test_guest_tests_pass_and_fail_as_they_should(project: pytest.Pytester) -> N
             "E         - the wrong answer",
             "E         + defghijklmnopqrstuvwxyz</s>",
             "*_ test_unknown_model_name_fails _*",
-            "wasinn_run: model 'llama-70b' is not a built-in test model (successor, demo, random), a name given "
-            "a file with --wasinn-model llama-70b=PATH, or a path to a GGUF file",
+            "wasinn_run: model 'llama-70b' is not a built-in test model (successor, demo, random, tts, vocoder), "
+            "a name given a file with --wasinn-model llama-70b=PATH, or a path to a GGUF file",
         ]
     )
     # the failed timeout is reported with the guest's result: exit code and the error line
@@ -260,6 +261,88 @@ def test_timeout_in_compute(wasinn_run):
     )
     result = project.runpytest(*PLUGIN)
     result.assert_outcomes(passed=2)
+
+
+TTS_TESTS = """
+import io
+import pathlib
+import wave
+
+from wasinn_host.testing.tts_models import TEST_SPEAKER, write_speaker_file
+
+
+def speak(wasinn_run, wasinn_model_file, tmp_path, text, **env):
+    vocoder = wasinn_model_file("vocoder")
+    env |= {{"tts": "true", "tts_output_file": "output.wav", "model_vocoder": f"/models/{{vocoder.name}}"}}
+    dirs = [(str(tmp_path), "."), (str(vocoder.parent), "/models")]
+    result = wasinn_run("guests/tts.wasm", ["default", text], model="tts", env=env, dirs=dirs)
+    assert result.exit_code == 0, result.stderr
+    assert result.calls["compute"] == 1 and result.stdout.startswith(f"Prompt:\\n{{text}}\\n")
+    return (tmp_path / "output.wav").read_bytes()
+
+
+def test_the_known_wav(wasinn_run, wasinn_model_file, tmp_path):
+    wav = speak(wasinn_run, wasinn_model_file, tmp_path, "Hello world")  # WasmEdge's default speaker
+    assert wav == pathlib.Path({expected!r}).read_bytes()
+    with wave.open(io.BytesIO(wav)) as audio:
+        assert (audio.getframerate(), audio.getnchannels(), audio.getsampwidth(), audio.getnframes()) == (
+            24000, 1, 2, 12800
+        )
+        assert audio.readframes(6000) == bytes(12000) and any(audio.readframes(6800))
+
+
+def test_any_text_and_speaker_the_same_wav(wasinn_run, wasinn_model_file, tmp_path):
+    write_speaker_file(tmp_path / "speaker.json", TEST_SPEAKER)
+    wav = speak(wasinn_run, wasinn_model_file, tmp_path, "Something else, 42 times.", tts_speaker_file="speaker.json")
+    assert wav == pathlib.Path({expected!r}).read_bytes()
+"""
+
+
+def test_a_tts_guest_speaks_the_known_wav(project: pytest.Pytester, tmp_path: pathlib.Path) -> None:
+    """WasmEdge's tts guest through the fixture: model "tts", the "vocoder" file from wasinn_model_file in a
+    directory of its own; the WAV is the one ``wasinn run`` makes of the files ``wasinn model`` writes (any text,
+    any speaker), and ``--wasinn-model vocoder=PATH`` swaps the vocoder (another seed: another WAV, as long)."""
+    from wasinn_host.cli import main
+
+    expected = {}
+    for seed in ("0", "1"):
+        folder = tmp_path / f"seed{seed}"
+        assert main(["model", "tts", str(folder / "outetts.gguf")]) == 0
+        assert main(["model", "vocoder", str(folder / "voc.gguf"), "--seed", seed]) == 0
+        write_speaker_file(folder / "speaker.json", TEST_SPEAKER)  # a short prompt: a quicker run, the same WAV
+        run = wasinn_cli(
+            *("--dir", f".:{folder}", "--env", "tts=true", "--env", "tts_output_file=output.wav"),
+            *("--env", "model_vocoder=voc.gguf", "--env", "tts_speaker_file=speaker.json"),
+            *(
+                "--nn-preload",
+                f"default:GGML:AUTO:{folder / 'outetts.gguf'}",
+                str(GUESTS / "tts.wasm"),
+                "default",
+                "Hi",
+            ),
+            timeout=300,
+        )
+        assert run.returncode == 0, run.stderr
+        expected[seed] = folder / "output.wav"
+    assert len(expected["0"].read_bytes()) == len(expected["1"].read_bytes()) == 25_644
+    assert expected["0"].read_bytes() != expected["1"].read_bytes()
+    project.makepyfile(
+        test_tts=TTS_TESTS.format(expected=str(expected["0"])),
+        test_tts_swapped=TTS_TESTS.format(expected=str(expected["1"])),
+    )
+    result = project.runpytest(*PLUGIN, "test_tts.py")
+    result.assert_outcomes(passed=2)
+    swap = f"--wasinn-model=vocoder={tmp_path / 'seed1' / 'voc.gguf'}"
+    result = project.runpytest(*PLUGIN, swap, "test_tts_swapped.py", "-k", "any_text")
+    result.assert_outcomes(passed=1, deselected=1)
+
+
+def test_wasinn_model_file_of_an_unknown_name_fails_in_one_line(project: pytest.Pytester) -> None:
+    project.makepyfile(test_file="def test_unknown(wasinn_model_file):\n    wasinn_model_file('llama-70b')\n")
+    result = project.runpytest(*PLUGIN)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["wasinn_model_file: model 'llama-70b' is not a built-in test model (*"])
+    assert "Traceback" not in result.stdout.str()
 
 
 def test_the_entry_point_loads_the_plugin_without_p(project: pytest.Pytester) -> None:

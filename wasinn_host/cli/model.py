@@ -2,10 +2,12 @@
 
 ``wasinn model successor PATH`` writes the hand-built model whose greedy output is known in advance,
 ``wasinn model random PATH`` a seeded random-weight model (size options), ``wasinn model demo PATH``
-a copy of the embedded demo model: the same models the ``wasinn_run`` pytest fixture serves under
-those names (:mod:`wasinn_host.testing.model_catalog`).  ``wasinn model --list`` says what each is.
-Errors (no ``gguf`` package, a shape llama.cpp would refuse, an unwritable path) are one line and
-exit code 2.
+a copy of the embedded demo model, ``wasinn model tts PATH`` the OuteTTS-shaped model whose audio codes
+are known in advance and ``wasinn model vocoder PATH`` the WavTokenizer decoder that speaks them (one
+file per command, as the fixture serves one file per name): the same models the ``wasinn_run`` pytest
+fixture serves under those names (:mod:`wasinn_host.testing.model_catalog`).  ``wasinn model --list``
+says what each is.  Errors (no ``gguf`` package, a shape llama.cpp would refuse, an unwritable path)
+are one line and exit code 2.
 """
 
 from __future__ import annotations
@@ -25,8 +27,13 @@ examples:
   wasinn model successor models/successor.gguf
   wasinn model successor models/noisy.gguf --logit-gap 1.0    # sampling genuinely random
   wasinn model random models/random.gguf --layers 4 --embd 256 --heads 4 --ff 512
+  wasinn model tts models/outetts.gguf             # a text-to-speech model and its vocoder, for
+  wasinn model vocoder models/wavtokenizer.gguf    # WasmEdge's tts example guest, run from this folder:
+  wasinn run --dir .:. --env tts=true --env tts_output_file=output.wav \\
+    --env model_vocoder=models/wavtokenizer.gguf --nn-preload default:GGML:AUTO:models/outetts.gguf \\
+    guest_examples/tts.wasm default "Hello world"    # writes output.wav: 25,644 bytes, 0.533 s
 
-The successor and random models need the gguf package: pip install 'wasinn-host[models]'.
+All but demo need the gguf package: pip install 'wasinn-host[models]'.
 """
 
 
@@ -34,7 +41,7 @@ def add_model_parser(commands: Any) -> None:
     """The ``model`` subcommand, one sub-parser per built-in model."""
     model = commands.add_parser(
         "model",
-        help="write a built-in test model (successor, random, demo) to a GGUF file, or --list them",
+        help="write a built-in test model (successor, random, demo, tts, vocoder) to a GGUF file, or --list them",
         description="Write one of the built-in test models, the ones the wasinn_run pytest fixture serves by "
         "name, to a GGUF file; --list says what each is and what output to expect.",
         epilog=MODEL_EPILOG,
@@ -87,6 +94,37 @@ def add_model_parser(commands: Any) -> None:
     )
     demo.add_argument("path", metavar="PATH", help="the GGUF file to write")
 
+    tts = kinds.add_parser(
+        "tts",
+        help="OuteTTS-shaped model whose audio codes are known in advance (speaks through the vocoder model)",
+        description=f"{BUILTIN_MODELS['tts'].summary}. Output: {BUILTIN_MODELS['tts'].expect}.",
+    )
+    tts.add_argument("path", metavar="PATH", help="the GGUF file to write")
+    tts.add_argument(
+        "--outetts-version",
+        choices=("0.2", "0.3"),
+        default="0.2",
+        help="prompt format: 0.3 gives the model the chat template outetts-0.3, from which the host takes the "
+        "OuteTTS 0.3 prompt (default 0.2); the codes are the same",
+    )
+    tts.add_argument(
+        "--random-codes",
+        action="store_true",
+        help="after <|code_start|> every code is as likely as any other: sampling draws them from the seed and "
+        "the speech ends only at n-predict",
+    )
+    tts.add_argument(
+        "--context-length", type=int, default=8192, metavar="N", help="llama.context_length (default 8192)"
+    )
+
+    vocoder = kinds.add_parser(
+        "vocoder",
+        help="tiny WavTokenizer decoder, the file a TTS graph's model-vocoder names (1.0 MB)",
+        description=f"{BUILTIN_MODELS['vocoder'].summary}. Output: {BUILTIN_MODELS['vocoder'].expect}.",
+    )
+    vocoder.add_argument("path", metavar="PATH", help="the GGUF file to write")
+    vocoder.add_argument("--seed", type=int, default=0, metavar="N", help="random seed of the weights (default 0)")
+
 
 def list_models() -> str:
     """``wasinn model --list``: each built-in model, what it is and what output to expect."""
@@ -118,6 +156,14 @@ def _options(ns: argparse.Namespace) -> dict[str, Any]:
             "seed": ns.seed,
             "f16": not ns.f32,
         }
+    if ns.model_name == "tts":
+        return {
+            "version": ns.outetts_version,
+            "random_codes": ns.random_codes,
+            "context_length": ns.context_length,
+        }
+    if ns.model_name == "vocoder":
+        return {"seed": ns.seed}
     return {}
 
 

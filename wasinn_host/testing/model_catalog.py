@@ -1,11 +1,13 @@
 """The built-in test models by name: what each one is, what output to expect, and how to write it.
 
-``successor`` and ``random`` are written by :mod:`wasinn_host.testing.gguf_models`, which needs the
-``gguf`` package (``pip install 'wasinn-host[models]'``; without it :class:`ModelToolsMissing` says
-so in one line); ``demo`` is the model shipped in :mod:`wasinn_host.models`, copied.  ``wasinn model``
-writes them on the command line; :class:`ModelFiles` gives the ``wasinn_run`` pytest fixture a file
-for a model name, writing each built-in at most once and letting ``--wasinn-model NAME=PATH`` replace
-any name.
+``successor`` and ``random`` are written by :mod:`wasinn_host.testing.gguf_models`, ``tts`` (an
+OuteTTS-shaped model) and ``vocoder`` (the WavTokenizer decoder a TTS graph's ``model-vocoder`` names)
+by :mod:`wasinn_host.testing.tts_models`; both need the ``gguf`` package (``pip install
+'wasinn-host[models]'``; without it :class:`ModelToolsMissing` says so in one line).  ``demo`` is the
+model shipped in :mod:`wasinn_host.models`, copied.  ``wasinn model`` writes them on the command line;
+:class:`ModelFiles` gives the ``wasinn_run`` pytest fixture a file for a model name (and the
+``wasinn_model_file`` fixture the same file, e.g. the vocoder to put in a guest's directory), writing
+each built-in at most once and letting ``--wasinn-model NAME=PATH`` replace any name.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ ModelSpec = Union[str, "os.PathLike[str]"]
 
 
 class ModelToolsMissing(RuntimeError):
-    """The ``gguf`` package, which writes the successor and random models, is not installed."""
+    """The ``gguf`` package, which writes the successor, random, tts and vocoder models, is not installed."""
 
 
 class UnknownModel(ValueError):
@@ -47,17 +49,29 @@ class BuiltinModel:
     """``write(path, **options)`` writes it and returns the path."""
 
 
+def _gguf_missing(name: str, exc: ModuleNotFoundError) -> ModelToolsMissing:
+    """:class:`ModelToolsMissing` for a writer whose import failed for want of ``gguf``; anything else re-raised."""
+    if exc.name != "gguf":
+        raise exc
+    return ModelToolsMissing(f"writing the {name} model needs the gguf package, which is not installed: {MODELS_EXTRA}")
+
+
 def _gguf_models(name: str) -> ModuleType:
     """:mod:`.gguf_models`, or :class:`ModelToolsMissing` when the ``gguf`` package is not there."""
     try:
         from . import gguf_models
     except ModuleNotFoundError as exc:
-        if exc.name != "gguf":
-            raise
-        raise ModelToolsMissing(
-            f"writing the {name} model needs the gguf package, which is not installed: {MODELS_EXTRA}"
-        ) from None
+        raise _gguf_missing(name, exc) from None
     return gguf_models
+
+
+def _tts_models(name: str) -> ModuleType:
+    """:mod:`.tts_models`, or :class:`ModelToolsMissing` when the ``gguf`` package is not there."""
+    try:
+        from . import tts_models
+    except ModuleNotFoundError as exc:
+        raise _gguf_missing(name, exc) from None
+    return tts_models
 
 
 def _write_successor(path: str | os.PathLike[str], **options: Any) -> Path:
@@ -70,6 +84,16 @@ def _write_random(path: str | os.PathLike[str], **options: Any) -> Path:
     return written
 
 
+def _write_tts(path: str | os.PathLike[str], **options: Any) -> Path:
+    written: Path = _tts_models("tts").write_outetts_model(path, **options)
+    return written
+
+
+def _write_vocoder(path: str | os.PathLike[str], **options: Any) -> Path:
+    written: Path = _tts_models("vocoder").write_wavtokenizer_model(path, **options)
+    return written
+
+
 def _write_demo(path: str | os.PathLike[str]) -> Path:
     """Copy the embedded demo model to ``path`` (atomically, as the writers do)."""
     out = Path(path)
@@ -79,6 +103,9 @@ def _write_demo(path: str | os.PathLike[str]) -> Path:
     os.replace(tmp, out)
     return out
 
+
+TTS_WAV_SAMPLES = 320 * 40
+"""Samples in the WAV of the ``tts`` model's 40 audio codes through the ``vocoder`` model (320 per code)."""
 
 BUILTIN_MODELS: dict[str, BuiltinModel] = {
     model.name: model
@@ -109,6 +136,27 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
             "arbitrary text, the same for the same options (greedy output is deterministic); "
             "a decode step costs milliseconds, so generation runs until n_predict or the context ends it",
             _write_random,
+        ),
+        BuiltinModel(
+            "tts",
+            "OuteTTS-shaped bigram llama for text-to-speech guests (OuteTTS's special tokens and 64 audio codes "
+            '<|0|>..<|63|>, 1 layer, 5.1 MB, context 8192): load it with "tts": true and the vocoder model as '
+            '"model-vocoder", as WasmEdge\'s tts example does',
+            "whatever the text, speaker and seed, the 40 audio codes <|17|><|54|><|27|><|0|>... ((17 + 37 i) mod 64) "
+            "and end of generation (output_tokens 40); with the vocoder model, compute gives a 24 kHz 16-bit mono "
+            f"WAV of {TTS_WAV_SAMPLES:,} samples ({TTS_WAV_SAMPLES / 24000:.3f} s, {44 + 2 * TTS_WAV_SAMPLES:,} "
+            "bytes), the first 6,000 (0.25 s) silent, the rest the vocoder's noise; the same bytes each run on one "
+            "machine. Without a speaker file the prompt is about 7,300 tokens (WasmEdge's default speaker), so "
+            "a short text fits a context of 8192",
+            _write_tts,
+        ),
+        BuiltinModel(
+            "vocoder",
+            "tiny WavTokenizer decoder (wavtokenizer-dec, seeded random weights, 64-code book, 1282 outputs per "
+            "code, 1.0 MB): the file a TTS graph's model-vocoder names, inside the guest's directories; not "
+            "a model to preload",
+            "noise, not speech: 320 samples per audio code, the same for the same codes and seed",
+            _write_vocoder,
         ),
     )
 }

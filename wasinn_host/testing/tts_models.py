@@ -29,7 +29,15 @@ import gguf
 import numpy as np
 import orjson
 
-from .gguf_models import SUCCESSOR_HEAD_DIM, LlamaShape, Vocab, _build_vocab, layer_tensor_shapes, write_llama_gguf
+from .gguf_models import (
+    SUCCESSOR_HEAD_DIM,
+    LlamaShape,
+    Vocab,
+    _build_vocab,
+    _validate,
+    layer_tensor_shapes,
+    write_llama_gguf,
+)
 
 N_CODES = 64
 """Audio codes of the tiny models (the codebook of the vocoder)."""
@@ -92,11 +100,15 @@ def write_outetts_model(
 ) -> pathlib.Path:
     """Write the OuteTTS-shaped bigram model (see the module docstring) to ``path``; with ``random_codes``,
     ``<|code_start|>`` and every code are followed by all 64 codes alike (sampling draws them at random, the
-    output ends only at ``n-predict``)."""
+    output ends only at ``n-predict``); ValueError for a version other than 0.2 and 0.3 or a context length
+    below 1."""
+    if version not in ("0.2", "0.3"):
+        raise ValueError(f"version must be 0.2 or 0.3, got {version!r}")
     vocab = outetts_vocab()
     n_vocab = len(vocab.tokens)
     n_embd = math.ceil(n_vocab / SUCCESSOR_HEAD_DIM) * SUCCESSOR_HEAD_DIM
     shape = LlamaShape(n_vocab, n_embd, 1, n_embd // SUCCESSOR_HEAD_DIM, 64, context_length)
+    _validate(shape)
     output = np.zeros((n_vocab, n_embd), dtype=np.float32)
     scale = 20.0 * math.sqrt(1.0 / n_embd + shape.rms_eps)  # a logit 20 above the others: greedy in effect
     for token, successor in enumerate(successor_table(vocab)):
@@ -162,7 +174,10 @@ def _vocoder_tensors(seed: int) -> dict[str, np.ndarray]:
 
 
 def write_wavtokenizer_model(path: str | os.PathLike[str], *, seed: int = 0) -> pathlib.Path:
-    """Write the tiny random ``wavtokenizer-dec`` vocoder (see the module docstring) to ``path``, atomically."""
+    """Write the tiny random ``wavtokenizer-dec`` vocoder (see the module docstring) to ``path``, atomically;
+    ValueError for a negative seed."""
+    if seed < 0:
+        raise ValueError(f"seed must be at least 0, got {seed}")
     out = pathlib.Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
