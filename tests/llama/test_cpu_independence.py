@@ -28,7 +28,7 @@ from wasinn_host.models import DEMO_MODEL_PATH
 from wasinn_host.testing.gguf_models import write_successor_model
 from wasinn_host.testing.native_llama import NativeModel
 from wasinn_host.testing.numerics import MARGIN, Step, check_forced, check_greedy, forced, gap_drift, step_of
-from wasinn_host.testing.real_models import real_model_path
+from wasinn_host.testing.real_models import real_model_or_skip
 
 ROOT = Path(__file__).resolve().parents[2]
 N_STEPS = 8
@@ -162,7 +162,7 @@ class Measured:
 @pytest.fixture(scope="module", params=["smollm2", "gemma3", "demo"])
 def real(request: pytest.FixtureRequest) -> Iterator[Measured]:
     """The real models, and the demo model (trained, F16) for comparison."""
-    path = DEMO_MODEL_PATH if request.param == "demo" else real_model_path(request.param)
+    path = DEMO_MODEL_PATH if request.param == "demo" else real_model_or_skip(request.param)
     native = NativeModel(path, threads=2)
     yield Measured(request.param, native, *reference(native, PROMPTS))
     native.close()
