@@ -9,6 +9,9 @@ free memory (``ctx-size`` x ``n-parallel`` cells costing ``--over`` times that m
 as many layers as the memory holds; then one guest generates ``--tokens`` tokens greedily. It prints one
 JSON object: the free memory, the layers chosen and llama.cpp's offload line, tokens/s, and whether the
 answer came (no out-of-memory crash). With no GPU (the dry run) the choice is 0 layers and the run says so.
+The host's own limit on KV caches (``max_kv_bytes``: half the machine's memory unless set) is raised to
+the cache asked for where that is more (the H100 machine: 1.25 x 80 GB of GPU memory against 64 GiB), as
+``wasinn run --max-kv-bytes`` would; the part of the cache whose layers stay on the CPU takes host memory.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import pathlib
 import sys
 import time
 
-from wasinn_host import ModelRegistry, WasiNN
+from wasinn_host import Limits, ModelRegistry, WasiNN
 from wasinn_host.core.params import ModelParams
 from wasinn_host.llama import devices
 from wasinn_host.llama.model import LlamaModel, model_sizes
@@ -55,12 +58,14 @@ def fit(path: pathlib.Path, tokens: int, over: float, n_parallel: int) -> dict[s
     n_layer = model_sizes(path, ModelParams()).n_layer
     wanted = int(max(free, 1 << 30) * over)  # without a GPU: a 1 GiB cache, to exercise the same path
     ctx_size = max(256, min(1 << 20, wanted // (per_cell * n_layer * n_parallel)))
+    kv_bytes = per_cell * n_layer * ctx_size * n_parallel
+    limits = Limits(max_kv_bytes=max(Limits().kv_budget(), kv_bytes))  # the default refuses more than half the RAM
     config = {"ctx-size": ctx_size, "n-parallel": n_parallel, "temp": 0, "n-predict": tokens, "ignore-eos": True}
     reg = ModelRegistry([f"big:GGML:AUTO:{path}"])
     started = time.perf_counter()
     answer, error = "", ""
     try:
-        with WasiNN(registry=reg).session("big", config) as session:
+        with WasiNN(registry=reg, limits=limits).session("big", config) as session:
             loaded = time.perf_counter()
             answer = session.complete("The quick brown fox")
             meta = session.metadata
@@ -74,7 +79,8 @@ def fit(path: pathlib.Path, tokens: int, over: float, n_parallel: int) -> dict[s
     return {
         "gpu_free_mib": free >> 20,
         "margin_mib": margin_for(free) >> 20 if free else 0,
-        "kv_cache_mib": per_cell * n_layer * ctx_size * n_parallel >> 20,
+        "kv_cache_mib": kv_bytes >> 20,
+        "max_kv_mib": limits.max_kv_bytes >> 20,
         "ctx_size": ctx_size,
         "n_parallel": n_parallel,
         "n_layer": n_layer,

@@ -63,8 +63,7 @@ if ((dry)); then
     "$python" -m venv "$venv" || exit 2
     py=$venv/bin/python
     # the device image's packages (not part of the recipe): from the index, here only
-    "$py" -m pip install --quiet numpy jinja2 typing-extensions pyyaml tqdm requests pytest hypothesis \
-        prometheus-client scikit-build-core setuptools wheel || exit 2
+    "$py" -m pip install --quiet -r scripts/gpu/device_image.txt || exit 2
     cmake_args=""
     sizes=(--tokens 8 --runs 1)
     concurrency=(--n 2,4 --prefix-tokens 64 --ttft-runs 1)

@@ -3,9 +3,9 @@
 # lent GPU machine needs and lacks, for scripts/gpu/on_device.sh to use there without any index:
 #
 #   wheels/   CPython 3.12 manylinux x86-64 wheels of the project's runtime dependencies that the device's
-#             image does not have (its image has numpy, jinja2, typing-extensions, pyyaml, tqdm, requests,
-#             pytest, hypothesis, prometheus-client, scikit-build-core, cmake and ninja; see the device
-#             notes), at the versions installed here when they are, else the newest pyproject.toml allows
+#             image does not have (scripts/gpu/device_image.txt), resolved by pip for that Python from
+#             pyproject.toml and the sdist's own requirements, whatever is installed here
+#             (scripts/gpu/device_wheels.py)
 #   llama_cpp_python-0.3.36.tar.gz   the pinned source distribution, slimmed (scripts/gpu/sdist.py), no patch
 #   MANIFEST  what is there, with sizes and sha256
 #
@@ -19,28 +19,9 @@ dir=${1:-.gpu/device}
 python_version=${WASINN_DEVICE_PYTHON:-3.12}
 limit=$((64 << 20))
 
-# name: the pyproject.toml range used when the package is not installed here
-requirements=$(python3 - <<'EOF'
-import importlib.metadata as md
-wanted = {  # what the device lacks; the image's own numpy and jinja2 serve the rest
-    "wasmtime": ">=50,<51", "orjson": ">=3.9", "grpcio": ">=1.85,<2", "grpcio-tools": ">=1.85,<2",
-    "grpcio-health-checking": ">=1.85,<2", "protobuf": ">=6", "diskcache": ">=5.6",  # grpc's and llama-cpp-python's
-    "gguf": ">=0.17",  # the tests and benchmarks write their models with it
-}
-for name, spec in wanted.items():
-    try:
-        print(f"{name}=={md.version(name)}")
-    except md.PackageNotFoundError:
-        print(f"{name}{spec}")
-EOF
-)
-rm -rf "$dir" && mkdir -p "$dir/wheels"
-# shellcheck disable=SC2086  # one requirement per word
-python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "$python_version" --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
-    -d "$dir/wheels" $requirements
 sdist=$(python3 scripts/gpu/sdist.py fetch .gpu/cache)
+rm -rf "$dir" && mkdir -p "$dir/wheels"
+python3 scripts/gpu/device_wheels.py "$sdist" "$dir/wheels" --python-version "$python_version"
 python3 scripts/gpu/sdist.py slim "$sdist" "$dir/$(basename "$sdist")"
 
 (cd "$dir" && find . -type f ! -name MANIFEST -printf '%s %p\n' | sort -k2 | while read -r size path; do

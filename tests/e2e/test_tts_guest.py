@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from wasinn_host import ModelRegistry, RunOptions, WasiNN
+from wasinn_host.llama import devices
 from wasinn_host.testing.tts_models import (
     CHAIN,
     TEST_SPEAKER,
@@ -31,6 +32,12 @@ from wasinn_host.testing.tts_models import (
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GUEST = ROOT / "guest_examples" / "tts.wasm"
 TEXT = "Hello, world 42."
+PCM_TOLERANCE = 10 if devices.can_offload() else 1
+"""How far (in 16-bit sample units) the host's WAV may be from the numpy reference.  On the CPU 1: the
+host's inverse transform (``core/tts_audio.py``) and this one differ in their last rounding.  On a build
+with a GPU backend (``devices.can_offload()``) the vocoder's frames come from the GPU's kernels, which do
+not promise the same floats in the host's call and the reference's: the samples differed by up to 5 there
+(an H100, CUDA 13.0), so twice that is allowed."""
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +141,7 @@ def test_wasmedge_command_line_writes_the_wav(tts_dir: pathlib.Path) -> None:
     rate, samples = parse_wav(wav)
     assert rate == 24000 and len(samples) == 320 * len(CHAIN)
     expected = reference_pcm(native_frames(tts_dir / "wavtokenizer.gguf", list(CHAIN)))
-    assert np.abs(samples.astype(np.int32) - expected).max() <= 1
+    assert np.abs(samples.astype(np.int32) - expected).max() <= PCM_TOLERANCE
     assert np.abs(samples[6000:]).max() > 100 and not samples[:6000].any()
 
 
@@ -153,4 +160,4 @@ def test_embedding_api_gives_the_same_wav(tts_dir: pathlib.Path, tmp_path: pathl
     rate, samples = parse_wav(wav)
     assert rate == 24000 and len(samples) == 320 * len(CHAIN)
     expected = reference_pcm(native_frames(tts_dir / "wavtokenizer.gguf", list(CHAIN)))
-    assert np.abs(samples.astype(np.int32) - expected).max() <= 1
+    assert np.abs(samples.astype(np.int32) - expected).max() <= PCM_TOLERANCE

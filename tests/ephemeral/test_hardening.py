@@ -47,7 +47,9 @@ def test_broken_model_files_are_refused_and_the_host_goes_on(
     guest = AbiGuest.create(nn)
     with caplog.at_level("WARNING", logger="wasinn_host"):
         assert guest.load_by_name("bad")[0] == Errno.INVALID_ARGUMENT
-    one_line(caplog, str(broken), "could not load model file")
+    line = one_line(caplog, str(broken))
+    # llama.cpp's refusal; with a GPU the host reads the header first, to size the layers it offloads
+    assert "could not load model file" in line or "cannot read the GGUF header" in line, line
     graph = guest.load_by_name("good")[1]
     assert guest.generate(graph, "w") == (0, "xyz</s>")
     registry.close()

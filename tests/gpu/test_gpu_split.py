@@ -8,6 +8,7 @@ under split mode none or row) and ``tensor-split`` are tested in ``test_gpu_spli
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pathlib
@@ -33,6 +34,12 @@ def two_device_env() -> dict[str, str]:
     if "Vulkan" in devices.backends():
         env["GGML_VK_VISIBLE_DEVICES"] = "0,0"
     return env
+
+
+@functools.cache
+def gpu_count() -> int:
+    """The GPU devices a child process sees under :func:`two_device_env` (``wasinn info --json``)."""
+    return sum(d["type"] in ("GPU", "IGPU") for d in info_json(two_device_env())["devices"])
 
 
 @pytest.fixture(scope="module")

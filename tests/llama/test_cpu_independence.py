@@ -6,7 +6,8 @@ model whose margins dwarf the noise; or token by token within ``MARGIN`` of llam
 same prefix.  This file checks the facts those rest on, here, on this CPU: the real models' gaps
 between tokens move by less than ``MARGIN`` between the shapes the host decodes in (alone, on one
 thread or two, a prompt in two pieces, four sequences per batch, a draft's tokens verified
-together); the constructed models give bit-identical logits in all of them; the demo model's
+together); the constructed models give bit-identical logits in all of them (on the CPU; with the
+layers on a GPU, within a stated tolerance); the demo model's
 hard-coded answers lead by a wide margin; and the rule's own bookkeeping.  A failure here names the
 shape and the numbers, before any test comparing texts fails for a reason it cannot name.
 """
@@ -24,11 +25,12 @@ import llama_cpp
 import numpy as np
 import pytest
 
+from wasinn_host.llama import devices
 from wasinn_host.models import DEMO_MODEL_PATH
 from wasinn_host.testing.gguf_models import write_successor_model
 from wasinn_host.testing.native_llama import NativeModel
 from wasinn_host.testing.numerics import MARGIN, Step, check_forced, check_greedy, forced, gap_drift, step_of
-from wasinn_host.testing.real_models import real_model_path
+from wasinn_host.testing.real_models import real_model_or_skip
 
 ROOT = Path(__file__).resolve().parents[2]
 N_STEPS = 8
@@ -162,7 +164,7 @@ class Measured:
 @pytest.fixture(scope="module", params=["smollm2", "gemma3", "demo"])
 def real(request: pytest.FixtureRequest) -> Iterator[Measured]:
     """The real models, and the demo model (trained, F16) for comparison."""
-    path = DEMO_MODEL_PATH if request.param == "demo" else real_model_path(request.param)
+    path = DEMO_MODEL_PATH if request.param == "demo" else real_model_or_skip(request.param)
     native = NativeModel(path, threads=2)
     yield Measured(request.param, native, *reference(native, PROMPTS))
     native.close()
@@ -195,10 +197,20 @@ def constructed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
+OFFLOADED = devices.can_offload() and llama_cpp.llama_model_default_params().n_gpu_layers != 0
+"""Whether ``NativeModel`` (llama.cpp's default model parameters) puts the layers on a GPU here."""
+OFFLOADED_RTOL = 2.0**-8
+"""On a GPU, how far a constructed model's logit may move between shapes, relative to the step's largest:
+a batch's matrix products there may round the activations (and the products) to F16 or TF32, 2**-11
+each, where one token's keep F32.  The successor still leads by 20 (1 and 4 in the noisy models) less
+0.4 %, so greedy texts are equal; a sampled token's probability moves by under 0.4 % of itself."""
+
+
 @pytest.mark.parametrize("name", ["successor", "successor F16", "noisy (gap 1)", "mixed (gap 4)"])
 def test_constructed_models_give_the_same_logits_in_every_shape(constructed: dict[str, Path], name: str) -> None:
-    """The successor models' logits are exact (one nonzero product per logit), so tests may compare their
-    texts, sampled ones too, across batch shapes, threads and machines."""
+    """The successor models' logits are exact on the CPU (one nonzero product per logit), so tests may
+    compare their texts, sampled ones too, across batch shapes, threads and CPUs.  With the layers on a
+    GPU, which does not promise that, they are within ``OFFLOADED_RTOL`` and pick the same greedy token."""
     native = NativeModel(constructed[name], threads=2)
     try:
         prompts, continuations, expected = reference(native, [b"abc", b"hello world", b"0123", b"xy" * 50])
@@ -206,7 +218,13 @@ def test_constructed_models_give_the_same_logits_in_every_shape(constructed: dic
             got = run(native, prompts, continuations)
             for es, gs in zip(expected, got):
                 for step, (e, g) in enumerate(zip(es, gs)):
-                    assert np.array_equal(e, g), f"{name}, {shape}, step {step}: logits differ"
+                    where = f"{name}, {shape}, step {step}"
+                    if not OFFLOADED:
+                        assert np.array_equal(e, g), f"{where}: logits differ"
+                        continue
+                    moved, bound = float(np.abs(e - g).max()), OFFLOADED_RTOL * float(np.abs(e).max())
+                    assert moved <= bound, f"{where}: a logit moved by {moved:.5f}, over {bound:.5f} (on a GPU)"
+                    assert int(np.argmax(e)) == int(np.argmax(g)), f"{where}: another greedy token (on a GPU)"
     finally:
         native.close()
 

@@ -35,7 +35,7 @@ from wasinn_host.llama.grammar_sampling import GrammarSampler, GreedySampler, al
 from wasinn_host.llama.json_schema import schema_to_grammar
 from wasinn_host.llama.piece_trie import PieceTrie
 from wasinn_host.testing.gguf_models import write_successor_model
-from wasinn_host.testing.real_models import real_model_path
+from wasinn_host.testing.real_models import real_model_or_skip
 from wasinn_host.testing.successor import char_token_id
 
 CTX = 256
@@ -163,7 +163,7 @@ class CommonSampler:
 
 @pytest.fixture(scope="module")
 def real_nn() -> Iterator[WasiNN]:
-    registry = ModelRegistry([f"{name}:GGML:AUTO:{real_model_path(name)}" for name in ("smollm2", "gemma3")])
+    registry = ModelRegistry([f"{name}:GGML:AUTO:{real_model_or_skip(name)}" for name in ("smollm2", "gemma3")])
     yield WasiNN(registry=registry)
     registry.close()
 
@@ -173,7 +173,7 @@ def vocabs() -> Iterator[dict[str, Any]]:
     params = llama_cpp.llama_model_default_params()
     params.vocab_only = True
     models = {
-        name: llama_cpp.llama_model_load_from_file(str(real_model_path(name)).encode(), params)
+        name: llama_cpp.llama_model_load_from_file(str(real_model_or_skip(name)).encode(), params)
         for name in ("smollm2", "gemma3")
     }
     assert all(models.values())

