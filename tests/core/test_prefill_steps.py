@@ -19,6 +19,7 @@ from wasinn_host.core.params import ModelParams, SamplingParams, StopParams
 from wasinn_host.core.prefill_budget import step_limit
 from wasinn_host.core.runtime import KvLayout
 from wasinn_host.core.scheduler import ContextState, ModelWorker
+from wasinn_host.core.stream_feed import StreamFeed
 from wasinn_host.testing.successor import successor_tokenize
 
 pytestmark = pytest.mark.fast
@@ -87,19 +88,23 @@ class Recorder:
         self.worker.context.decode = recorded  # type: ignore[method-assign]
 
     def stream(self, index: int, steps: int, out: list[str]) -> Callable[[], None]:
-        """A ``compute_single`` stream of ``steps`` tokens after the prompt "7" (the digits cycle)."""
+        """A ``compute_single`` stream of ``steps`` tokens after the prompt "7" (the digits cycle), as the
+        front end runs one: one job sampling into the stream's feed, ended after the last token taken."""
         state = ContextState()
         self.streams.append(state)
 
         def run() -> None:
-            prompt, generated = successor_tokenize("7"), list[int]()
+            feed = StreamFeed()
+            self.worker.start_stream(request(successor_tokenize("7"), 1 << 30, streaming=True), state, feed)
+            generated: list[int] = []
             for step in range(steps):
-                result = self.worker.submit(request(prompt + generated, 1, streaming=True), state)
-                assert result.stop_reason is StopReason.TOKEN, result
+                result = feed.take()
+                assert result is not None and result.stop_reason is StopReason.TOKEN, result
                 generated += result.generated
                 if step == 0:
                     self.generating.add(index)
             self.generating.discard(index)
+            feed.end()
             out.append(bytes(b for t in generated for b in self.worker.model.piece(t)).decode())
 
         return run

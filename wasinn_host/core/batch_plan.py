@@ -70,14 +70,17 @@ def plan_step(active: Sequence[Job], planning: Planning) -> tuple[Plan, bool]:
     capacity = planning.capacity
     planned: Plan = []
     prompts: list[Job] = []
+    used = 0  # tokens planned so far
     for job in jobs:
         if job.request.embed:  # an embedding's sequence is pooled whole: decoded in one batch or not yet
-            if job.pending <= capacity - sum(n for _, n in planned):
+            if job.pending <= capacity - used:
                 planned.append((job, job.pending))
+                used += job.pending
         elif job.pending > 1 and not stream_goes_on(job):
             prompts.append(job)
-        elif (take := min(job.pending, capacity - sum(n for _, n in planned))) > 0:
+        elif (take := min(job.pending, capacity - used)) > 0:
             planned.append((job, take))
+            used += take
     paused = planning.paused({job.state for job in jobs}) if prompts and planning.budget > 0 else 0
     generating = any(not job.request.embed for job, _ in planned)  # an embedding samples nothing
     capped = False

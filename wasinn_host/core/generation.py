@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol
 
 from .errors import WasiNNError
 from .ngram_drafts import DraftSettings
@@ -48,7 +48,6 @@ class StopReason(str, enum.Enum):
     """The model refused the request's sampling parameters."""
 
 
-@runtime_checkable
 class PieceOutlet(Protocol):
     """A piece sink that may fall behind (a Store's ``stream-stdout`` queue): while it has no room the
     worker leaves the computation out of its steps; the caller flushes it before returning."""

@@ -17,7 +17,7 @@ import time
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence, cast
 
 from ..observability.log_setup import apply_logging_keys
 from .cold_store import Frozen
@@ -323,7 +323,7 @@ class InferenceContext:
         stop = self.params.stopping
         limit = stop.n_predict if stop.n_predict >= 0 else INT32_MAX
         sink = on_piece or (stdout if stop.stream_stdout else None)
-        outlet = sink if isinstance(sink, PieceOutlet) else None
+        outlet = cast(PieceOutlet, sink) if hasattr(sink, "has_room") else None  # not isinstance: 20 us a call
         try:
             result = self._run(
                 self._request(
