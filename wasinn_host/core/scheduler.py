@@ -637,6 +637,9 @@ class ModelWorker:
         began = time.perf_counter()
         rc = self.context.decode(self._batch, first, n_tokens)
         self.clock.lap("launch")
+        with self._cv:  # while a GPU computes: requests submitted meanwhile join the waiting list
+            self._take_incoming()
+        self.clock.lap("admit")
         self.context.synchronize()
         self.clock.lap("device")
         seconds, n_passes = time.perf_counter() - began, passes(counts)

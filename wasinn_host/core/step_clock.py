@@ -3,7 +3,8 @@
 A step of :class:`~wasinn_host.core.scheduler.ModelWorker` is, in order,
 
 - ``admit``: taking submitted requests, releasing closed contexts, starting waiting jobs in slots
-  (prefix trims and copies, samplers);
+  (prefix trims and copies, samplers); the requests submitted during a step are taken while the device
+  computes it (between ``launch`` and ``device``), so on a GPU that part overlaps the decode;
 - ``plan``: choosing the step's tokens (:mod:`.batch_plan`) and filling the batch;
 - ``launch``: ``llama_decode`` itself (on a CPU the whole forward pass; on a GPU the graph's launch,
   the device computing on);
