@@ -17,14 +17,14 @@ import time
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence, cast
+from typing import Any, Callable, NamedTuple, Sequence
 
 from ..observability.log_setup import apply_logging_keys
 from .cold_store import Frozen
 from .config import MODEL_KEY_NAMES, ParsedConfig, as_json
 from .embedding import normalize
 from .errors import ErrorKind, WasiNNError, invalid
-from .generation import GenerationRequest, GenerationResult, PieceOutlet, StopReason
+from .generation import GenerationRequest, GenerationResult, StopReason, outlet_of
 from .images import place_image, split_inline_images
 from .limits import Limits
 from .ngram_drafts import draft_settings
@@ -323,7 +323,7 @@ class InferenceContext:
         stop = self.params.stopping
         limit = stop.n_predict if stop.n_predict >= 0 else INT32_MAX
         sink = on_piece or (stdout if stop.stream_stdout else None)
-        outlet = cast(PieceOutlet, sink) if hasattr(sink, "has_room") else None  # not isinstance: 20 us a call
+        outlet = outlet_of(sink)
         try:
             result = self._run(
                 self._request(

@@ -25,7 +25,7 @@ import orjson
 
 from ..core.config import ParsedConfig
 from ..core.errors import ErrorKind, WasiNNError, invalid
-from ..core.generation import GenerationResult, StopReason
+from ..core.generation import GenerationResult, StopReason, outlet_of
 from .client_files import inline_image, without_client_keys
 from .endpoint import ClientOptions, Endpoint
 from .messages import U8, host, nn
@@ -132,6 +132,9 @@ class RemoteContext:
             if err.kind is ErrorKind.CONTEXT_FULL:
                 return GenerationResult(stop_reason=StopReason.CONTEXT_FULL)
             raise
+        finally:
+            if (outlet := outlet_of(sink)) is not None:
+                outlet.flush()  # the pieces land before whatever the guest writes next
         return GenerationResult()
 
     def _compute_pieces(self, sink: Callable[[bytes], None]) -> None:
