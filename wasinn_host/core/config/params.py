@@ -2,15 +2,15 @@
 
 :class:`ModelParams` are load-time parameters (one llama.cpp model and context per distinct
 set); :class:`ContextParams` (sampling, stop rules, prompt options) belong to one execution
-context and may change between its computations.  ``config.py`` fills them from JSON.
+context and may change between its computations.  ``keys.py`` fills them from JSON.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .decode_parts import DEFAULT_LOGITS_ROWS
-from .prefill_budget import DEFAULT_STEP_BUDGET
+from ..scheduling.decode_parts import DEFAULT_LOGITS_ROWS
+from ..scheduling.prefill_budget import DEFAULT_STEP_BUDGET
 from .preload import Target
 
 DEFAULT_SEED = 0xFFFF_FFFF
@@ -48,13 +48,13 @@ class ModelParams:
     """KV cache type of V (``type-v``); a quantized one needs flash attention."""
     prefill_step_budget: float = DEFAULT_STEP_BUDGET
     """While guests generate, a step with prompt tokens costs at most this many plain decode steps
-    (chunked prefill, see ``prefill_budget.py``); 0 = off (prompts take the whole batch)."""
+    (chunked prefill, see ``scheduling/prefill_budget.py``); 0 = off (prompts take the whole batch)."""
     decode_logits_rows: int = DEFAULT_LOGITS_ROWS
     """Logits rows one ``llama_decode`` computes at most: a step sampling more is decoded in parts of
-    this many (see ``decode_parts.py``); 0 = no cap (one decode a step)."""
+    this many (see ``scheduling/decode_parts.py``); 0 = no cap (one decode a step)."""
     mmproj: str = ""
     """The multimodal projector of the model's name ("" = text only): the one the host configured, or
-    a file the guest named inside its preopened directories (see ``registry.py``), never another host file."""
+    a file the guest named inside its preopened directories (see ``core/registry.py``), never another host file."""
     mmproj_from_guest: bool = False
     """``mmproj`` is a host path the front end resolved through the guest's preopened directories (set
     by the front end only: no config key reaches it)."""
@@ -91,7 +91,7 @@ class ModelParams:
     no_kv_offload: bool = False
     """Keep the KV cache (and the attention over it) in CPU memory when layers are offloaded."""
     tts: bool = False
-    """Text to speech (OuteTTS): prompts become OuteTTS prompts and the output a WAV file (``tts_graph.py``)."""
+    """Text to speech (OuteTTS): prompts become OuteTTS prompts and the output a WAV file (``tts/graph.py``)."""
     vocoder: str = ""
     """The WavTokenizer vocoder of a ``tts`` graph: a file the guest named inside its preopened directories."""
     vocoder_from_guest: bool = False

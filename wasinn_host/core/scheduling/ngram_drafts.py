@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .params import PromptOptions
+from ..config.params import PromptOptions
 
 MATCH_CAP = 64
 """Tokens compared backwards from a match (the estimate of :func:`match_acceptance` stops there)."""
