@@ -15,9 +15,10 @@ implements), :mod:`.tokens`, :mod:`.heap_trim`; the model registry (:mod:`.regis
 contexts (:mod:`.inference`), with what a context does with its prompt and output: chat templates
 (:mod:`.chat_template`, :mod:`.chat_prompt`), images (:mod:`.images`), reranking (:mod:`.rerank`),
 embeddings (:mod:`.embedding`), streamed UTF-8 (:mod:`.utf8_pieces`) and idle contexts on disk
-(:mod:`.cold_store`).
+(:mod:`.cold_store`).  ``preload.py`` only keeps an old import path working.
 
-Nothing here knows an errno, a tensor index, guest
+The rooms import each other downwards only, ``scheduling`` and ``tts`` above ``config`` above
+``prompt_cache`` (``tests/package/test_layers.py``).  Nothing here knows an errno, a tensor index, guest
 memory or llama.cpp (its runtime is in :mod:`wasinn_host.llama`, given to the registry by
 :mod:`wasinn_host.backend.local`).
 """

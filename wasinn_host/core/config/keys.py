@@ -28,12 +28,12 @@ import orjson
 
 from ..errors import ErrorKind, WasiNNError, invalid
 from ..prompt_cache.cache import valid_entry_name
-from ..scheduling.ngram_drafts import SPEC_TYPES
 from .kv_types import ACCEPTED as KV_TYPES_ACCEPTED
 from .kv_types import is_kv_type, kv_type
 from .params import (  # noqa: F401
     DEFAULT_SEED,
     POOLING_RANK,
+    SPEC_TYPES,
     ContextParams,
     ModelParams,
     PromptOptions,

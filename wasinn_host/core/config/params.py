@@ -9,13 +9,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..scheduling.decode_parts import DEFAULT_LOGITS_ROWS
-from ..scheduling.prefill_budget import DEFAULT_STEP_BUDGET
 from .preload import Target
 
 DEFAULT_SEED = 0xFFFF_FFFF
 POOLING_RANK = 4
 """llama.cpp's ``LLAMA_POOLING_TYPE_RANK``: a reranker's classification head scores each sequence."""
+DEFAULT_STEP_BUDGET = 8.0
+"""A step with prompt tokens costs at most this many times a decode step of the generating guests.
+Measured with ``bench_mixed_load.py`` (2-core AVX-512 machine, 7 streams + a 2,300-token prompt, medians
+of 5): 8 cuts the streams' p99 gap from 1,017 to 178 ms and their longest from 2,072 to 292 ms, with
+their median 27 ms (20 unchunked), and delays the long prompt's first token 1.82x.  No budget keeps both
+p99/p50 within 3 and the delay within 1.5x on a CPU (docs/benchmarks.md says why); 8 misses each by
+about as much (3 gives p99/p50 1.5 and a 2.3x delay, 12 gives 9.6 and 1.6x)."""
+DEFAULT_LOGITS_ROWS = 0
+"""Rows of logits one ``llama_decode`` computes at most by default (``decode-logits-rows``): no cap.
+Measured with 32 Gemma 3 guests on 2 cores, a cap of 16 lowered the peak RSS by 33 MiB (+21.3 % to
++16.2 % over weights + KV) and cost 10 % of the tokens per second (two decodes a step), so it is opt-in."""
+SPEC_TYPES = ("none", "ngram-simple")
+"""``spec-type`` values: no speculation (the default) or prompt lookup."""
 
 
 @dataclass(frozen=True)
