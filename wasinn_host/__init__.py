@@ -38,10 +38,10 @@ from typing import TYPE_CHECKING, Any
 
 from .backend.fake import fake_backend
 from .backend.local import LocalBackend
+from .core.config.limits import Limits
+from .core.config.preload import Preload, PreloadError, parse_preload
 from .core.errors import ErrorKind, WasiNNError
-from .core.limits import Limits
-from .core.preload import Preload, PreloadError, parse_preload
-from .core.prompt_cache import PromptCache
+from .core.prompt_cache.cache import PromptCache
 from .core.registry import ModelRegistry, default_registry
 from .ephemeral.errno import Errno
 from .guest.stdout import GuestStdout

@@ -31,10 +31,10 @@ import wasmtime.component
 
 from .backend.local import LocalBackend
 from .backend.protocol import Backend
+from .core.config.limits import Limits
+from .core.config.preload import Preload
 from .core.errors import ErrorKind, WasiNNError
-from .core.limits import Limits
-from .core.preload import Preload
-from .core.prompt_cache import PromptCache
+from .core.prompt_cache.cache import PromptCache
 from .core.registry import LoadedModel, ModelRegistry
 from .ephemeral.imports import WasiNNImports
 from .guest.stdout import PieceSink, inherited_stdout, python_stdout

@@ -13,7 +13,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import orjson
 
 from .backend.protocol import Backend
-from .core.config import EMPTY_CONFIG, ParsedConfig, parse_config
+from .core.config.keys import EMPTY_CONFIG, ParsedConfig, parse_config
 from .core.errors import ErrorKind, WasiNNError
 from .core.generation import StopReason
 from .guest.files import give_image_reader, with_guest_projector

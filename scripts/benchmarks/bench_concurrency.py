@@ -63,7 +63,7 @@ from guests_together import run_together
 from peak_rss import PeakRss, rss_bytes
 
 from wasinn_host import ModelRegistry, WasiNN
-from wasinn_host.core.scheduler import ModelWorker
+from wasinn_host.core.scheduling.scheduler import ModelWorker
 from wasinn_host.llama.log import init_backend
 from wasinn_host.testing.gguf_models import write_random_model
 from wasinn_host.testing.real_models import model_file

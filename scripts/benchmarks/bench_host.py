@@ -36,7 +36,7 @@ import llama_cpp
 import wasmtime
 
 from wasinn_host import ModelRegistry, RunOptions, WasiNN
-from wasinn_host.core.config import EMPTY_CONFIG
+from wasinn_host.core.config.keys import EMPTY_CONFIG
 from wasinn_host.ephemeral.execution import ExecutionContext
 from wasinn_host.llama.json_schema import schema_to_grammar
 from wasinn_host.testing.gguf_models import write_random_model, write_successor_model

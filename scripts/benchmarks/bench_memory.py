@@ -44,7 +44,7 @@ from guests_together import run_together
 from peak_rss import PeakRss, rss_bytes
 
 from wasinn_host import Limits, ModelRegistry, WasiNN
-from wasinn_host.core.kv_sizing import MAX_SEQUENCES
+from wasinn_host.core.config.kv_sizing import MAX_SEQUENCES
 from wasinn_host.testing.real_models import model_file
 
 ROOT = Path(__file__).resolve().parents[2]

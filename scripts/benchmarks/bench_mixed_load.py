@@ -54,8 +54,8 @@ import wasmtime
 
 from wasinn_host import Limits, ModelRegistry, RunOptions, WasiNN
 from wasinn_host.backend.successor import CHAR_TOKEN_OFFSET
-from wasinn_host.core.prefill_budget import DEFAULT_STEP_BUDGET
-from wasinn_host.core.scheduler import ModelWorker
+from wasinn_host.core.scheduling.prefill_budget import DEFAULT_STEP_BUDGET
+from wasinn_host.core.scheduling.scheduler import ModelWorker
 from wasinn_host.testing.gguf_models import write_random_model
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,7 +21,7 @@ common start to the last guest's return; each guest's Store and instance are mad
 It prints per N and way: host tokens/s, llama.cpp's, their ratio against its target (``once`` and
 ``prompt-first`` >= 0.9 at N >= 8; ``stream`` >= 0.8 at N = 8; one streaming guest >= 0.9 of one
 guest computing), the worker's steps and passes per step, and the worker's time per step split into
-its phases (:mod:`wasinn_host.core.step_clock`): the host's own (admit, plan, sample) beside
+its phases (:mod:`wasinn_host.core.scheduling.step_clock`): the host's own (admit, plan, sample) beside
 llama.cpp's (launch, device).  Medians of ``--runs`` runs, interleaved, with the spread.
 
 Usage: ``python scripts/benchmarks/bench_serving.py [--model M.gguf] [--n 1,8,32,64] [--tokens 128]

@@ -50,7 +50,7 @@ import wasmtime
 from guests_together import run_together
 
 from wasinn_host import ModelRegistry, WasiNN
-from wasinn_host.core.ngram_drafts import DraftSettings, NgramDrafter
+from wasinn_host.core.scheduling.ngram_drafts import DraftSettings, NgramDrafter
 from wasinn_host.llama.log import init_backend
 from wasinn_host.llama.model import default_threads
 from wasinn_host.testing.real_models import real_model_path

@@ -24,7 +24,7 @@ import sys
 import time
 
 from wasinn_host import Limits, ModelRegistry, WasiNN
-from wasinn_host.core.params import ModelParams
+from wasinn_host.core.config.params import ModelParams
 from wasinn_host.llama import devices
 from wasinn_host.llama.model import LlamaModel, model_sizes
 from wasinn_host.llama.offload import margin_for

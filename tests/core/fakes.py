@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from wasinn_host.core.config.params import SamplingParams, StopParams
 from wasinn_host.core.generation import GenerationRequest
-from wasinn_host.core.params import SamplingParams, StopParams
-from wasinn_host.core.slot_state import ContextState, Job, Slot
+from wasinn_host.core.scheduling.slot_state import ContextState, Job, Slot
 
 
 @dataclass

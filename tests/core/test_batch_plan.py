@@ -1,4 +1,4 @@
-"""A step's plan (core/batch_plan.py): generating tokens first, prompt chunks within the step budget,
+"""A step's plan (core/scheduling/batch_plan.py): generating tokens first, prompt chunks within the step budget,
 smaller as a prompt's tokens attend more cells, in sequence-id order."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ from collections.abc import Collection
 
 import pytest
 
-from wasinn_host.core.batch_plan import Planning, plan_step
-from wasinn_host.core.draft_budget import DecodeCost
+from wasinn_host.core.config.params import SamplingParams, StopParams
 from wasinn_host.core.generation import GenerationRequest
-from wasinn_host.core.params import SamplingParams, StopParams
-from wasinn_host.core.slot_state import ContextState, Job, Slot
-from wasinn_host.core.step_cost import StepCost
+from wasinn_host.core.scheduling.batch_plan import Planning, plan_step
+from wasinn_host.core.scheduling.draft_budget import DecodeCost
+from wasinn_host.core.scheduling.slot_state import ContextState, Job, Slot
+from wasinn_host.core.scheduling.step_cost import StepCost
 
 pytestmark = pytest.mark.fast
 

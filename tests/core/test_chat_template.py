@@ -264,7 +264,7 @@ def _write_model_with_template(path: pathlib.Path, template: str | None) -> path
 
 @pytest.mark.parametrize("template", [None, DEFAULT_CHATML + "{# " + "é" * 3000 + " #}"])
 def test_model_chat_template_from_real_gguf(tmp_path: pathlib.Path, template: str | None) -> None:
-    from wasinn_host.core.params import ModelParams
+    from wasinn_host.core.config.params import ModelParams
     from wasinn_host.llama.model import LlamaModel
 
     path = _write_model_with_template(tmp_path / "chat.gguf", template)

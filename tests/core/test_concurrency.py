@@ -16,8 +16,8 @@ import pytest
 import wasmtime
 
 from wasinn_host import Errno, Limits, ModelRegistry, WasiNN
-from wasinn_host.core.params import ModelParams
-from wasinn_host.core.scheduler import ModelWorker
+from wasinn_host.core.config.params import ModelParams
+from wasinn_host.core.scheduling.scheduler import ModelWorker
 from wasinn_host.testing.abi_guest import AbiGuest, streaming_guest_wat
 from wasinn_host.testing.gguf_models import successor_text
 

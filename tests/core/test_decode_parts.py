@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from wasinn_host.core import heap_trim
-from wasinn_host.core.decode_parts import parts
+from wasinn_host.core.scheduling.decode_parts import parts
 
 pytestmark = pytest.mark.fast
 

@@ -8,7 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from wasinn_host.core.draft_budget import (
+from wasinn_host.core.config.params import PromptOptions, SamplingParams, StopParams
+from wasinn_host.core.generation import GenerationRequest, GenerationResult
+from wasinn_host.core.scheduling.draft_budget import (
     DecodeCost,
     Offer,
     backoff,
@@ -17,10 +19,8 @@ from wasinn_host.core.draft_budget import (
     passes,
     updated_acceptance,
 )
-from wasinn_host.core.generation import GenerationRequest, GenerationResult
-from wasinn_host.core.ngram_drafts import DraftSettings, NgramDrafter, draft_settings, match_acceptance
-from wasinn_host.core.params import PromptOptions, SamplingParams, StopParams
-from wasinn_host.core.scheduler import ContextState, ModelWorker
+from wasinn_host.core.scheduling.ngram_drafts import DraftSettings, NgramDrafter, draft_settings, match_acceptance
+from wasinn_host.core.scheduling.scheduler import ContextState, ModelWorker
 from wasinn_host.testing.successor import successor_tokenize
 
 from .test_engine import make_worker

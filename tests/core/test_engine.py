@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from wasinn_host.backend.fake import FakeModel, FakeRuntime
+from wasinn_host.core.config.params import ModelParams, SamplingParams, StopParams
 from wasinn_host.core.errors import ErrorKind
 from wasinn_host.core.generation import GenerationRequest, GenerationResult, StopReason
-from wasinn_host.core.params import ModelParams, SamplingParams, StopParams
 from wasinn_host.core.runtime import Context, KvLayout
-from wasinn_host.core.scheduler import ContextState, ModelWorker
+from wasinn_host.core.scheduling.scheduler import ContextState, ModelWorker
 from wasinn_host.testing.successor import successor_text, successor_tokenize
 
 pytestmark = pytest.mark.fast
@@ -256,7 +256,7 @@ class _Span:
 
 
 def test_positions_after_m_rope_images_advance_by_their_positions_not_their_tokens() -> None:
-    from wasinn_host.core.scheduler import Job
+    from wasinn_host.core.scheduling.scheduler import Job
 
     job = Job(GenerationRequest((1,) * 20, 0, GREEDY, StopParams()), ContextState())
     job.images = {3: _Span(3, 4, 2), 10: _Span(10, 6, 6)}  # an M-RoPE image, then an ordinary one

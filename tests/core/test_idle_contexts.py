@@ -18,7 +18,7 @@ import pytest
 
 from wasinn_host import Errno, Limits, ModelRegistry, WasiNN
 from wasinn_host.core.cold_store import COLD_STORE
-from wasinn_host.core.scheduler import WARM_CONTEXTS
+from wasinn_host.core.scheduling.scheduler import WARM_CONTEXTS
 from wasinn_host.ephemeral.handles import RESIDENT_CONTEXTS, HandleTables
 from wasinn_host.guest.store_tables import store_key
 from wasinn_host.models import DEMO_MODEL_PATH

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from wasinn_host.core.config.kv_sizing import MAX_SEQUENCES, grown_layout, kv_layout
+from wasinn_host.core.config.params import ModelParams
 from wasinn_host.core.errors import ErrorKind, WasiNNError
-from wasinn_host.core.kv_sizing import MAX_SEQUENCES, grown_layout, kv_layout
-from wasinn_host.core.params import ModelParams
 from wasinn_host.core.runtime import DEFAULT_SEQUENCES, KvLayout
 
 pytestmark = pytest.mark.fast

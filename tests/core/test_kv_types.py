@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from wasinn_host.core.config import parse_config
+from wasinn_host.core.config.keys import parse_config
+from wasinn_host.core.config.kv_types import cache_layout, check_flash_attn
+from wasinn_host.core.config.params import ModelParams
 from wasinn_host.core.errors import ErrorKind, WasiNNError
-from wasinn_host.core.kv_types import cache_layout, check_flash_attn
-from wasinn_host.core.params import ModelParams
 
 pytestmark = pytest.mark.fast
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import MakeNN
 
 from wasinn_host import Errno, Limits, WasiNN
-from wasinn_host.core.scheduler import ModelWorker
+from wasinn_host.core.scheduling.scheduler import ModelWorker
 from wasinn_host.testing.abi_guest import AbiGuest
 
 pytestmark = pytest.mark.fast

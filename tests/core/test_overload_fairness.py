@@ -12,10 +12,10 @@ import time
 import pytest
 
 from wasinn_host.backend.fake import FakeRuntime
+from wasinn_host.core.config.params import ModelParams, SamplingParams, StopParams
 from wasinn_host.core.generation import GenerationRequest, StopReason
-from wasinn_host.core.params import ModelParams, SamplingParams, StopParams
 from wasinn_host.core.runtime import KvLayout
-from wasinn_host.core.scheduler import ContextState, ModelWorker
+from wasinn_host.core.scheduling.scheduler import ContextState, ModelWorker
 from wasinn_host.testing.successor import successor_tokenize
 
 pytestmark = pytest.mark.fast

@@ -1,12 +1,13 @@
-"""Chunked prefill's planning (core/prefill_budget.py): the step limit, prompt chunks within it, paused streams."""
+"""Chunked prefill's planning (core/scheduling/prefill_budget.py): the step limit, prompt chunks within it,
+paused streams."""
 
 from __future__ import annotations
 
 import pytest
 
-from wasinn_host.core.draft_budget import passes
-from wasinn_host.core.prefill_budget import MIN_PROMPT_TOKENS, PausedStreams, prompt_takes, step_limit
-from wasinn_host.core.step_cost import Entry, StepCost, batch_cells
+from wasinn_host.core.scheduling.draft_budget import passes
+from wasinn_host.core.scheduling.prefill_budget import MIN_PROMPT_TOKENS, PausedStreams, prompt_takes, step_limit
+from wasinn_host.core.scheduling.step_cost import Entry, StepCost, batch_cells
 
 pytestmark = pytest.mark.fast
 

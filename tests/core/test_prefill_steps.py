@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 import pytest
 
 from wasinn_host.backend.fake import FakeRuntime
-from wasinn_host.core.draft_budget import passes
+from wasinn_host.core.config.params import ModelParams, SamplingParams, StopParams
 from wasinn_host.core.generation import GenerationRequest, GenerationResult, StopReason
-from wasinn_host.core.params import ModelParams, SamplingParams, StopParams
-from wasinn_host.core.prefill_budget import step_limit
 from wasinn_host.core.runtime import KvLayout
-from wasinn_host.core.scheduler import ContextState, ModelWorker
-from wasinn_host.core.stream_feed import StreamFeed
+from wasinn_host.core.scheduling.draft_budget import passes
+from wasinn_host.core.scheduling.prefill_budget import step_limit
+from wasinn_host.core.scheduling.scheduler import ContextState, ModelWorker
+from wasinn_host.core.scheduling.stream_feed import StreamFeed
 from wasinn_host.testing.successor import successor_tokenize
 
 pytestmark = pytest.mark.fast

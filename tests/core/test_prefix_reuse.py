@@ -6,8 +6,8 @@ from typing import Any, cast
 
 import pytest
 
-from wasinn_host.core import prefix_reuse
-from wasinn_host.core.prefix_reuse import MIN_SHARED_PREFIX
+from wasinn_host.core.scheduling import prefix_reuse
+from wasinn_host.core.scheduling.prefix_reuse import MIN_SHARED_PREFIX
 
 from .fakes import RecordingContext, Span, job, slot
 

@@ -17,9 +17,9 @@ import textwrap
 import pytest
 
 from wasinn_host import ErrorKind, ModelRegistry, WasiNN, WasiNNError
-from wasinn_host.core.preload import Preload
-from wasinn_host.core.prompt_cache import PromptCache
-from wasinn_host.core.prompt_cache_entry import TEMP_PREFIX, read_header, read_state, read_tokens, write_entry
+from wasinn_host.core.config.preload import Preload
+from wasinn_host.core.prompt_cache.cache import PromptCache
+from wasinn_host.core.prompt_cache.entry import TEMP_PREFIX, read_header, read_state, read_tokens, write_entry
 from wasinn_host.testing.gguf_models import write_random_model
 from wasinn_host.testing.guest_runs import wasinn_cli
 from wasinn_host.testing.native_llama import NativeModel

@@ -20,10 +20,10 @@ import orjson
 import pytest
 
 from wasinn_host import ModelRegistry, WasiNN
-from wasinn_host.core import prompt_cache as prompt_cache_module
-from wasinn_host.core.preload import Preload
-from wasinn_host.core.prompt_cache import PromptCache
-from wasinn_host.core.prompt_cache_entry import MAGIC, entry_size, read_header, read_tokens
+from wasinn_host.core.config.preload import Preload
+from wasinn_host.core.prompt_cache import cache as prompt_cache_module
+from wasinn_host.core.prompt_cache.cache import PromptCache
+from wasinn_host.core.prompt_cache.entry import MAGIC, entry_size, read_header, read_tokens
 from wasinn_host.models import DEMO_MODEL_PATH
 from wasinn_host.testing.demo_data import IM_END, IM_START, encode
 from wasinn_host.testing.guest_runs import run_guest, wasinn_cli

@@ -11,8 +11,8 @@ import pytest
 from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.backend.fake import FakeRuntime
 from wasinn_host.cli.prompt_cache import parse_size
-from wasinn_host.core.prompt_cache import MIN_TOKENS, PromptCache, valid_entry_name
-from wasinn_host.core.prompt_cache_entry import EntryError, read_header, read_state, read_tokens, write_entry
+from wasinn_host.core.prompt_cache.cache import MIN_TOKENS, PromptCache, valid_entry_name
+from wasinn_host.core.prompt_cache.entry import EntryError, read_header, read_state, read_tokens, write_entry
 
 pytestmark = pytest.mark.fast
 

@@ -7,7 +7,8 @@ from typing import Any, cast
 
 import pytest
 
-from wasinn_host.core import prompt_cache, prompt_cache_use
+from wasinn_host.core.prompt_cache import cache as prompt_cache_module
+from wasinn_host.core.scheduling import prompt_cache_use
 
 from .fakes import RecordingContext, Span, job, slot
 
@@ -67,7 +68,7 @@ def test_prefetch_skips_embeddings_and_no_cache_prompt() -> None:
 def test_prefetch_without_a_cache_logs_an_ignored_name(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(prompt_cache, "_ignored_name_logged", False)  # said once per process
+    monkeypatch.setattr(prompt_cache_module, "_ignored_name_logged", False)  # said once per process
     made = job([1, 2], cache_name="chat")
     with caplog.at_level("INFO", logger="wasinn_host"):
         prompt_cache_use.prefetch(None, made)

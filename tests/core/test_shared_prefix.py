@@ -18,7 +18,7 @@ import pytest
 
 from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.core.inference import InferenceContext
-from wasinn_host.core.scheduler import MIN_SHARED_PREFIX, ModelWorker
+from wasinn_host.core.scheduling.scheduler import MIN_SHARED_PREFIX, ModelWorker
 from wasinn_host.session import Session
 from wasinn_host.testing.native_llama import NativeModel
 from wasinn_host.testing.numerics import check_greedy

@@ -6,10 +6,10 @@ from typing import Any, cast
 
 import pytest
 
-from wasinn_host.core import speculation
-from wasinn_host.core.draft_budget import DecodeCost
 from wasinn_host.core.generation import StopReason
-from wasinn_host.core.ngram_drafts import DraftSettings
+from wasinn_host.core.scheduling import speculation
+from wasinn_host.core.scheduling.draft_budget import DecodeCost
+from wasinn_host.core.scheduling.ngram_drafts import DraftSettings
 
 from .fakes import RecordingContext, job, slot
 

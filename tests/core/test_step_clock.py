@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from wasinn_host.core.scheduler import ContextState
-from wasinn_host.core.step_clock import PHASES, StepClock
+from wasinn_host.core.scheduling.scheduler import ContextState
+from wasinn_host.core.scheduling.step_clock import PHASES, StepClock
 
 from .test_engine import make_worker, request
 

@@ -1,10 +1,10 @@
-"""The step cost model of chunked prefill (core/step_cost.py): passes, tokens and attended KV cells."""
+"""The step cost model of chunked prefill (core/scheduling/step_cost.py): passes, tokens and attended KV cells."""
 
 from __future__ import annotations
 
 import pytest
 
-from wasinn_host.core.step_cost import FIT_MAX_TOKENS, StepCost, attended, batch_cells
+from wasinn_host.core.scheduling.step_cost import FIT_MAX_TOKENS, StepCost, attended, batch_cells
 
 pytestmark = pytest.mark.fast
 

@@ -6,9 +6,9 @@ from typing import Any, cast
 
 import pytest
 
-from wasinn_host.core import stop_rules
+from wasinn_host.core.config.params import StopParams
 from wasinn_host.core.generation import StopReason
-from wasinn_host.core.params import StopParams
+from wasinn_host.core.scheduling import stop_rules
 
 from .fakes import EogModel, RecordingContext, Span, job, slot
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from wasinn_host.core.generation import StopReason
-from wasinn_host.core.scheduler import ContextState, ModelWorker
-from wasinn_host.core.stream_feed import StreamFeed
+from wasinn_host.core.scheduling.scheduler import ContextState, ModelWorker
+from wasinn_host.core.scheduling.stream_feed import StreamFeed
 from wasinn_host.guest.piece_queue import PieceQueue
 from wasinn_host.testing.successor import successor_text
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from wasinn_host.core.errors import WasiNNError
-from wasinn_host.core.tts_audio import MUTED, speech_wav, wav_bytes
-from wasinn_host.core.tts_prompt import audio_codes, parse_speaker, prompt_pieces, tts_version
-from wasinn_host.core.tts_speaker import default_speaker_words
-from wasinn_host.core.tts_text import normalize_text, number_to_words
+from wasinn_host.core.tts.audio import MUTED, speech_wav, wav_bytes
+from wasinn_host.core.tts.prompt import audio_codes, parse_speaker, prompt_pieces, tts_version
+from wasinn_host.core.tts.speaker import default_speaker_words
+from wasinn_host.core.tts.text import normalize_text, number_to_words
 
 pytestmark = pytest.mark.fast
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from wasinn_host.core import config
-from wasinn_host.core.config import parse_config
+from wasinn_host.core.config import keys
+from wasinn_host.core.config.keys import parse_config
+from wasinn_host.core.config.params import POOLING_RANK, ContextParams, ModelParams
 from wasinn_host.core.errors import ErrorKind, WasiNNError
-from wasinn_host.core.params import POOLING_RANK, ContextParams, ModelParams
 
 pytestmark = pytest.mark.fast
 
@@ -171,4 +171,4 @@ def test_no_implemented_key_is_warned_about(caplog: pytest.LogCaptureFixture) ->
     with caplog.at_level(logging.WARNING, logger="wasinn_host"):
         parse_config(json.dumps(doc))
     assert not caplog.records
-    assert set(IMPLEMENTED_HERE) <= set(config.KEYS) | set(config.ALIASES)
+    assert set(IMPLEMENTED_HERE) <= set(keys.KEYS) | set(keys.ALIASES)

@@ -1,7 +1,7 @@
 """The docs stay true: every command shown in README.md and docs/ is checked against the code it names,
 the command-line and configuration-key tables match ``wasinn COMMAND --help`` and the config parser both
 ways, and every link, file path and module name the pages give exists.  Running the examples:
-test_docs_examples.py.  Module paths used: ``wasinn_host.core.config`` (``KEYS``),
+test_docs_examples.py.  Module paths used: ``wasinn_host.core.config.keys`` (``KEYS``),
 ``wasinn_host.testing.guest_harness`` (``RunGuest``, ``GuestResult``), the public ``wasinn_host.Limits``.
 """
 
@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from wasinn_host import Limits
-from wasinn_host.core.config import KEYS
+from wasinn_host.core.config.keys import KEYS
 from wasinn_host.testing.guest_harness import GuestResult, RunGuest
 
 from .docs_pages import (
@@ -226,7 +226,7 @@ PATH_SPAN = re.compile(
 
 @pytest.mark.parametrize("page", PAGES, ids=page_id)
 def test_files_and_modules_named_in_the_docs_exist(page: pathlib.Path) -> None:
-    """A code span that is a file path (``core/config.py``, ``tests/test_x.py``) or a dotted name of the
+    """A code span that is a file path (``core/config/keys.py``, ``tests/test_x.py``) or a dotted name of the
     package (``wasinn_host.x.y``) names something that exists; fenced blocks (the layout tree) are left out."""
     for span in code_spans(page):
         span = re.sub(r"\(.*\)$", "", span)  # real_model_path("smollm2")

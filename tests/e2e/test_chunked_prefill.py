@@ -10,7 +10,7 @@ import threading
 import time
 
 from wasinn_host import WasiNN
-from wasinn_host.core.scheduler import ModelWorker
+from wasinn_host.core.scheduling.scheduler import ModelWorker
 from wasinn_host.testing.gguf_models import successor_text
 from wasinn_host.testing.guest_runs import run_guest
 

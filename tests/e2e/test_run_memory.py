@@ -14,7 +14,7 @@ import time
 import wasmtime
 
 from wasinn_host import RunOptions, WasiNN
-from wasinn_host.core.preload import Preload
+from wasinn_host.core.config.preload import Preload
 from wasinn_host.guest import callbacks
 from wasinn_host.models import DEMO_MODEL_PATH
 from wasinn_host.testing.demo_data import IM_END, IM_START

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 import pytest
 
 from wasinn_host import Errno, ModelRegistry, WasiNN
-from wasinn_host.core.params import ModelParams
-from wasinn_host.core.tts_speaker import default_speaker_words
+from wasinn_host.core.config.params import ModelParams
+from wasinn_host.core.tts.speaker import default_speaker_words
 from wasinn_host.llama.model import LlamaModel
 from wasinn_host.testing.abi_guest import AbiGuest
 from wasinn_host.testing.tts_models import (

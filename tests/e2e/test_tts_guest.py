@@ -34,7 +34,7 @@ GUEST = ROOT / "guest_examples" / "tts.wasm"
 TEXT = "Hello, world 42."
 PCM_TOLERANCE = 10 if devices.can_offload() else 1
 """How far (in 16-bit sample units) the host's WAV may be from the numpy reference.  On the CPU 1: the
-host's inverse transform (``core/tts_audio.py``) and this one differ in their last rounding.  On a build
+host's inverse transform (``core/tts/audio.py``) and this one differ in their last rounding.  On a build
 with a GPU backend (``devices.can_offload()``) the vocoder's frames come from the GPU's kernels, which do
 not promise the same floats in the host's call and the reference's: the samples differed by up to 5 there
 (an H100, CUDA 13.0), so twice that is allowed."""

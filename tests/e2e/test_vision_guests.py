@@ -23,8 +23,8 @@ from llama_cpp import mtmd_cpp as mtmd
 
 from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.backend.local import LocalBackend
-from wasinn_host.core.limits import Limits
-from wasinn_host.core.preload import Preload
+from wasinn_host.core.config.limits import Limits
+from wasinn_host.core.config.preload import Preload
 from wasinn_host.rpc.server import NNServer
 from wasinn_host.testing.guest_runs import wasinn_cli
 from wasinn_host.testing.vision_models import img_tag, solid_png, write_vision_model

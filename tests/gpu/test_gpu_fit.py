@@ -15,8 +15,8 @@ import pathlib
 
 import pytest
 
-from wasinn_host.core.params import ModelParams
-from wasinn_host.core.preload import Target
+from wasinn_host.core.config.params import ModelParams
+from wasinn_host.core.config.preload import Target
 from wasinn_host.llama import devices
 from wasinn_host.llama.model import LlamaModel, model_sizes
 from wasinn_host.llama.offload import ALL_LAYERS, margin_for

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from wasinn_host import ModelRegistry, WasiNN
-from wasinn_host.core.preload import Preload, Target
+from wasinn_host.core.config.preload import Preload, Target
 from wasinn_host.llama import devices
 from wasinn_host.testing.vision_models import img_tag, solid_png, write_vision_model
 

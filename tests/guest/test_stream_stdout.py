@@ -18,7 +18,7 @@ import wasmtime
 
 from wasinn_host import ModelRegistry, RunOptions, WasiNN
 from wasinn_host.backend.local import LocalBackend
-from wasinn_host.core.limits import Limits
+from wasinn_host.core.config.limits import Limits
 from wasinn_host.rpc.server import NNServer, ServeOptions
 from wasinn_host.testing.guest_harness import RunGuest
 from wasinn_host.testing.guest_runs import GUESTS

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from wasinn_host import ModelRegistry, WasiNN
-from wasinn_host.core.params import ModelParams
+from wasinn_host.core.config.params import ModelParams
 from wasinn_host.llama import context as host_context
 from wasinn_host.llama import sampler as host_sampler
 from wasinn_host.llama.bindings import llama_cpp

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from wasinn_host import ModelRegistry, WasiNN
-from wasinn_host.core.params import ModelParams
+from wasinn_host.core.config.params import ModelParams
 from wasinn_host.core.runtime import KvLayout
 from wasinn_host.llama import context as llama_context
 from wasinn_host.llama.bindings import llama_cpp

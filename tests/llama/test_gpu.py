@@ -22,9 +22,9 @@ import pytest
 
 from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.backend.local import LocalBackend
-from wasinn_host.core.limits import Limits
-from wasinn_host.core.params import ModelParams
-from wasinn_host.core.preload import Target
+from wasinn_host.core.config.limits import Limits
+from wasinn_host.core.config.params import ModelParams
+from wasinn_host.core.config.preload import Target
 from wasinn_host.core.registry import LoadedModel
 from wasinn_host.llama import devices
 from wasinn_host.llama.gguf_layout import read_layout

@@ -12,8 +12,8 @@ from dataclasses import replace
 import pytest
 
 from wasinn_host import Errno, ModelRegistry, WasiNN
+from wasinn_host.core.config.params import ModelParams
 from wasinn_host.core.errors import ErrorKind, WasiNNError
-from wasinn_host.core.params import ModelParams
 from wasinn_host.core.registry import LoadedModel
 from wasinn_host.llama.context import LlamaContext
 from wasinn_host.llama.model import kv_cache_bytes

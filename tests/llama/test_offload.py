@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from wasinn_host.core.preload import Target
+from wasinn_host.core.config.preload import Target
 from wasinn_host.llama.offload import (
     ALL_LAYERS,
     MIB,

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from wasinn_host import ModelRegistry, WasiNN
-from wasinn_host.core.preload import Preload
+from wasinn_host.core.config.preload import Preload
 from wasinn_host.testing.vision_models import IMAGE_TOKENS, img_tag, solid_png, write_vision_model
 
 GREEDY = {"temp": 0, "n-predict": 8}

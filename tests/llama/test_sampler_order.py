@@ -27,9 +27,9 @@ import numpy as np
 import pytest
 
 from wasinn_host import ModelRegistry, WasiNN
-from wasinn_host.core.config import parse_config
+from wasinn_host.core.config.keys import parse_config
+from wasinn_host.core.config.params import ContextParams, SamplingParams
 from wasinn_host.core.inference import InferenceContext
-from wasinn_host.core.params import ContextParams, SamplingParams
 from wasinn_host.llama import sampler as host_sampler
 from wasinn_host.llama.grammar_sampling import GrammarSampler, GreedySampler, allowed_indices
 from wasinn_host.llama.json_schema import schema_to_grammar

@@ -19,9 +19,9 @@ import pytest
 import wasmtime
 
 from wasinn_host import ModelRegistry, WasiNN
+from wasinn_host.core.config.preload import Preload
 from wasinn_host.core.errors import ErrorKind, WasiNNError
 from wasinn_host.core.images import MAX_IMAGE_PIXELS, place_image, split_inline_images
-from wasinn_host.core.preload import Preload
 from wasinn_host.testing.abi_guest import AbiGuest, abi_guest_wat
 from wasinn_host.testing.guest_runs import wasinn_cli
 from wasinn_host.testing.vision_models import IMAGE_TOKENS, img_tag, png_bytes, solid_png, write_vision_model

@@ -38,6 +38,20 @@ def test_every_public_name_resolves_to_its_own_definition() -> None:
     assert sorted(wasinn_host.__all__) == sorted(set(wasinn_host.__all__))
 
 
+def test_the_core_modules_the_docs_once_named_still_give_their_public_names() -> None:
+    """``core/``'s modules moved into its rooms (issue 39); the two import paths the guides gave before
+    re-export what they named."""
+    from wasinn_host.core.preload import Preload, PreloadError, parse_preload
+    from wasinn_host.core.prompt_cache import PromptCache
+
+    assert (Preload, PreloadError, parse_preload, PromptCache) == (
+        wasinn_host.Preload,
+        wasinn_host.PreloadError,
+        wasinn_host.parse_preload,
+        wasinn_host.PromptCache,
+    )
+
+
 def test_the_fixture_types_are_imported_from_the_test_tooling_not_the_package() -> None:
     """The package stands above no layer of its test tooling: ``RunGuest`` and ``GuestResult`` are the
     harness's (where the docs import them from), and asking the package for one names that module."""

@@ -13,7 +13,7 @@ import pytest
 
 from wasinn_host import ModelRegistry
 from wasinn_host.backend.local import LocalBackend
-from wasinn_host.core.limits import Limits
+from wasinn_host.core.config.limits import Limits
 from wasinn_host.rpc.server import NNServer, ServeOptions
 
 
@@ -54,6 +54,6 @@ def wait_for(condition: Any, seconds: float = 10.0) -> bool:
 
 
 def nn_config() -> Any:
-    from wasinn_host.core.config import EMPTY_CONFIG
+    from wasinn_host.core.config.keys import EMPTY_CONFIG
 
     return EMPTY_CONFIG

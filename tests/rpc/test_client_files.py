@@ -7,7 +7,7 @@ import base64
 import orjson
 import pytest
 
-from wasinn_host.core.config import parse_config
+from wasinn_host.core.config.keys import parse_config
 from wasinn_host.core.images import IMG_TAG
 from wasinn_host.rpc.client_files import inline_image, without_client_keys
 

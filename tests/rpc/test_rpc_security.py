@@ -14,8 +14,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.backend.local import LocalBackend
+from wasinn_host.core.config.limits import INLINE_IMAGE_ROOM, Limits
 from wasinn_host.core.errors import ErrorKind, WasiNNError
-from wasinn_host.core.limits import INLINE_IMAGE_ROOM, Limits
 from wasinn_host.rpc.endpoint import ClientOptions
 from wasinn_host.rpc.messages import SESSION_KEY, nn, nn_grpc
 from wasinn_host.rpc.server import NNServer, ServeOptions

@@ -22,10 +22,10 @@ from array import array
 from pathlib import Path
 from typing import Iterable
 
+from ..core.config.limits import Limits
+from ..core.config.params import ModelParams, SamplingParams
+from ..core.config.preload import Preload
 from ..core.errors import ErrorKind, WasiNNError
-from ..core.limits import Limits
-from ..core.params import ModelParams, SamplingParams
-from ..core.preload import Preload
 from ..core.registry import ModelRegistry
 from ..core.runtime import KvLayout
 from .local import LocalBackend

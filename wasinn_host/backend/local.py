@@ -10,10 +10,10 @@ import functools
 import os
 from typing import Any
 
-from ..core.config import ParsedConfig
+from ..core.config.keys import ParsedConfig
+from ..core.config.limits import Limits
 from ..core.inference import Graph, InferenceContext, open_graph
-from ..core.limits import Limits
-from ..core.prompt_cache import PromptCache
+from ..core.prompt_cache.cache import PromptCache
 from ..core.registry import ModelRegistry, default_registry
 from ..core.runtime import Runtime
 from .status import model_status

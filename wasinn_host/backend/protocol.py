@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol
 
-from ..core.config import ParsedConfig
+from ..core.config.keys import ParsedConfig
 from ..core.generation import GenerationResult
 
 

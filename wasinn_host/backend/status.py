@@ -3,8 +3,8 @@
 :func:`model_status` gives the backend's sections: ``queue`` (waiting and running requests
 per model), ``memory`` (weights, KV cache, process RSS), ``performance`` (requests, tokens,
 decode calls, busy sequences per decode; per model, llama.cpp's passes per decode and where the
-worker's steps spend their time: :mod:`wasinn_host.core.step_clock`), ``models`` and ``preloads``; a front end adds its
-own ``sessions`` section (Stores and execution contexts).
+worker's steps spend their time: :mod:`wasinn_host.core.scheduling.step_clock`), ``models`` and
+``preloads``; a front end adds its own ``sessions`` section (Stores and execution contexts).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..core.limits import Limits
+    from ..core.config.limits import Limits
     from ..core.registry import LoadedModel, ModelRegistry
 
 _START = time.time()

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from ..core.limits import Limits
-from ..core.preload import Preload, PreloadError, parse_preload
+from ..core.config.limits import Limits
+from ..core.config.preload import Preload, PreloadError, parse_preload
 from ..launch.runner import EXIT_USAGE
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from ..core.prompt_cache import DEFAULT_MAX_BYTES, PromptCache
+from ..core.prompt_cache.cache import DEFAULT_MAX_BYTES, PromptCache
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 

@@ -12,8 +12,8 @@ import signal
 import sys
 from typing import Any
 
+from ..core.config.preload import Preload, PreloadError
 from ..core.errors import WasiNNError
-from ..core.preload import Preload, PreloadError
 from ..host import WasiNN
 from ..launch.guest_load import GuestError, is_component_file
 from ..launch.guest_options import parse_dir, parse_env, warn_missing_models

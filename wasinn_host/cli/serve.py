@@ -16,7 +16,7 @@ import threading
 from typing import Any
 
 from ..backend.local import LocalBackend
-from ..core.preload import Preload, PreloadError
+from ..core.config.preload import Preload, PreloadError
 from ..core.registry import ModelRegistry
 from ..launch.guest_options import warn_missing_models
 from ..models import DEMO_MODEL_PATH

@@ -50,7 +50,7 @@ import jinja2.parser
 import orjson
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .config import json_type
+from .config.keys import json_type
 from .errors import invalid
 
 __all__ = [

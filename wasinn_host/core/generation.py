@@ -12,9 +12,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, cast
 
+from .config.params import SamplingParams, StopParams
 from .errors import WasiNNError
-from .ngram_drafts import DraftSettings
-from .params import SamplingParams, StopParams
+from .scheduling.ngram_drafts import DraftSettings
 
 
 class StopReason(str, enum.Enum):

@@ -21,19 +21,19 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 from ..observability.log_setup import apply_logging_keys
 from .cold_store import Frozen
-from .config import MODEL_KEY_NAMES, ParsedConfig, as_json
+from .config.keys import MODEL_KEY_NAMES, ParsedConfig, as_json
+from .config.limits import Limits
+from .config.params import POOLING_RANK, ContextParams, ModelParams
 from .embedding import normalize
 from .errors import ErrorKind, WasiNNError, invalid
 from .generation import GenerationRequest, GenerationResult, StopReason, outlet_of
 from .images import place_image, split_inline_images
-from .limits import Limits
-from .ngram_drafts import draft_settings
-from .params import POOLING_RANK, ContextParams, ModelParams
 from .registry import LoadedModel, ModelRegistry
 from .rerank import parse_rerank_input
-from .scheduler import ContextState
-from .stream_feed import StreamFeed
-from .tts_graph import FileAccess, save_speech, speak, tts_model_params, tts_prompt
+from .scheduling.ngram_drafts import draft_settings
+from .scheduling.scheduler import ContextState
+from .scheduling.stream_feed import StreamFeed
+from .tts.graph import FileAccess, save_speech, speak, tts_model_params, tts_prompt
 from .utf8_pieces import PieceJoiner
 
 log = logging.getLogger("wasinn_host")

@@ -24,16 +24,16 @@ from pathlib import Path
 from typing import Callable, ClassVar, Iterable
 
 from . import heap_trim
+from .config.kv_sizing import MAX_SEQUENCES, grown_layout, kv_layout
+from .config.kv_types import cache_layout
+from .config.limits import physical_memory
+from .config.model_path import check_model_path
+from .config.params import ModelParams
+from .config.preload import Preload, parse_preload
 from .errors import ErrorKind, WasiNNError
-from .kv_sizing import MAX_SEQUENCES, grown_layout, kv_layout
-from .kv_types import cache_layout
-from .limits import physical_memory
-from .model_path import check_model_path
-from .params import ModelParams
-from .preload import Preload, parse_preload
-from .prompt_cache import PromptCache, model_identity
+from .prompt_cache.cache import PromptCache, model_identity
 from .runtime import MAX_DEFAULT_CTX, Context, KvLayout, Model, Runtime
-from .scheduler import ModelWorker
+from .scheduling.scheduler import ModelWorker
 
 log = logging.getLogger("wasinn_host")
 

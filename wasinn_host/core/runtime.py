@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .params import ModelParams, SamplingParams
+from .config.params import ModelParams, SamplingParams
 
 MAX_DEFAULT_CTX = 4096
 """Without ``ctx-size``, a sequence holds the model's training context, at most this many tokens."""

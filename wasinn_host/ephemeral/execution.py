@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from ..backend.protocol import BackendContext, BackendGraph
 from ..core.cold_store import COLD_STORE
-from ..core.config import ParsedConfig, parse_config
+from ..core.config.keys import ParsedConfig, parse_config
 from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.generation import GenerationResult, StopReason
 from ..guest.metadata import embedding_json, metadata_json

@@ -13,9 +13,9 @@ from collections import Counter, OrderedDict
 from typing import Any, Callable, Iterable, Sequence
 
 from ..backend.protocol import Backend, BackendGraph
-from ..core.config import ParsedConfig
+from ..core.config.keys import ParsedConfig
+from ..core.config.limits import Limits
 from ..core.errors import ErrorKind, invalid
-from ..core.limits import Limits
 from ..guest.files import give_image_reader, with_guest_projector
 from ..guest.memory import U32_MASK
 from ..guest.native_func import MemoryRef

@@ -22,10 +22,10 @@ import wasmtime
 
 from ..backend.protocol import Backend
 from ..core.cold_store import COLD_STORE
-from ..core.config import EMPTY_CONFIG, ParsedConfig, parse_config
+from ..core.config.keys import EMPTY_CONFIG, ParsedConfig, parse_config
+from ..core.config.limits import Limits
+from ..core.config.preload import Encoding, Target
 from ..core.errors import ErrorKind, WasiNNError, invalid
-from ..core.limits import Limits
-from ..core.preload import Encoding, Target
 from ..guest.memory import U32_MASK, GuestMemory
 from ..guest.native_func import GuestTrap, caller_memory, define_i32_func
 from ..guest.stdout import PieceSink, inherited_stdout

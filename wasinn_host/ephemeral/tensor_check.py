@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..core.config.limits import Limits
 from ..core.errors import invalid
-from ..core.limits import Limits
 
 ACCEPTED_TYPES = (0, 1, 2, 3, 4)
 """Tensor types taken for the prompt and metadata bytes (the GGML backend ignores the type): every value

@@ -17,7 +17,7 @@ import posixpath
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..core.config import ParsedConfig
+from ..core.config.keys import ParsedConfig
 from ..core.errors import invalid
 from ..core.images import MAX_IMAGE_BYTES
 
@@ -84,7 +84,7 @@ def read_guest_file(path: str, dirs: Sequence[tuple[str, str]], limit: int, what
 
 class GuestFiles:
     """One guest's files through its preopened ``dirs``: a TTS graph's speaker file in, its WAV out
-    (``core/tts_graph.py``'s ``FileAccess``)."""
+    (``core/tts/graph.py``'s ``FileAccess``)."""
 
     def __init__(self, dirs: Sequence[tuple[str, str]]) -> None:
         self.dirs = tuple(dirs)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+from ..core.config.limits import Limits
 from ..core.errors import ErrorKind, WasiNNError
-from ..core.limits import Limits
 from .piece_queue import PieceQueue
 from .stdout import PieceSink, guarded, inherited_stdout
 from .store_tables import ContextCounter

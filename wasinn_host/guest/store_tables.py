@@ -14,7 +14,7 @@ import threading
 import weakref
 from typing import Any, Callable, Generic, Protocol, TypeVar
 
-from ..core.limits import Limits
+from ..core.config.limits import Limits
 
 log = logging.getLogger("wasinn_host")
 

@@ -7,9 +7,9 @@ import json
 import logging
 import os
 
+from ..core.config.model_path import path_problem
+from ..core.config.preload import Preload
 from ..core.errors import ErrorKind
-from ..core.model_path import path_problem
-from ..core.preload import Preload
 
 
 def parse_dir(spec: str) -> tuple[str, str]:

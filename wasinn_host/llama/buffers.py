@@ -8,7 +8,7 @@ the last decode: llama.cpp reserves one per sequence and grows it when a batch a
 compute buffers are reserved for the largest graph, whose logits are ``n_outputs_max`` rows of the
 vocabulary (``n_batch`` rows by default: 512 MiB for a 262,144-token vocabulary).  :func:`max_outputs`
 is the bound the worker keeps to.  The worker decodes at most ``decode-logits-rows`` rows at a time
-(``core/decode_parts.py``), so that the decodes only ever write those first rows of each buffer: a
+(``core/scheduling/decode_parts.py``), so that the decodes only ever write those first rows of each buffer: a
 compute buffer's pages are resident only where a graph wrote them, and :func:`release_output_rows`
 gives back the rest of the output buffer, which llama.cpp writes whole when it makes the context.
 """
@@ -19,7 +19,7 @@ import ctypes
 import re
 
 from ..core.heap_trim import release_pages
-from ..core.speculation import MAX_SPECULATIVE_BATCH
+from ..core.scheduling.speculation import MAX_SPECULATIVE_BATCH
 from .bindings import llama_cpp
 
 _BUFFER = re.compile(r"(KV|output|compute) buffer size =\s*([0-9.]+) MiB")
@@ -40,7 +40,7 @@ def context_buffers(lines: list[str]) -> dict[str, int]:
 def max_outputs(n_seq: int) -> int:
     """The most logits rows the worker asks of one batch of a context of ``n_seq`` sequences: one for
     each sequence that samples after it, or, in a batch with drafts, one per token of at most
-    :data:`~wasinn_host.core.speculation.MAX_SPECULATIVE_BATCH` tokens.  (llama.cpp asserts that a context
+    :data:`~wasinn_host.core.scheduling.speculation.MAX_SPECULATIVE_BATCH` tokens.  (llama.cpp asserts that a context
     has room for at least one row per sequence, so ``decode-logits-rows`` cannot make this smaller.)"""
     return max(n_seq, MAX_SPECULATIVE_BATCH)
 

@@ -2,7 +2,7 @@
 saved state, embeddings and the probabilities of the next token.
 
 llama.cpp aborts the whole process on some misuse (a batch larger than ``n_batch``,
-non-consecutive positions), so callers (``core/scheduler.py``) keep those invariants.
+non-consecutive positions), so callers (``core/scheduling/scheduler.py``) keep those invariants.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import ctypes
 import logging
 from typing import Any
 
+from ..core.config.kv_types import GGML_TYPES, check_flash_attn
+from ..core.config.params import ModelParams, SamplingParams
 from ..core.errors import ErrorKind, WasiNNError
-from ..core.kv_types import GGML_TYPES, check_flash_attn
-from ..core.params import ModelParams, SamplingParams
 from ..core.runtime import KvLayout
 from . import devices
 from .bindings import llama_cpp

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.params import ModelParams
+from ..core.config.params import ModelParams
 
 
 def set_embedding_and_rope(cparams: Any, params: ModelParams) -> None:

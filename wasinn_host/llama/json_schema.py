@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import functools
 
+from ..core.config.params import SamplingParams
 from ..core.errors import invalid
-from ..core.params import SamplingParams
 from .bindings import llama_cpp
 
 

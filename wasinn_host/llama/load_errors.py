@@ -1,5 +1,5 @@
 """Why llama.cpp could not load a model file, in whole words: its own log lines turned into one
-readable cause (the path itself is checked before, by :mod:`wasinn_host.core.model_path`).
+readable cause (the path itself is checked before, by :mod:`wasinn_host.core.config.model_path`).
 
 As WasmEdge: a file llama.cpp cannot load (not GGUF, truncated) is an invalid argument (1).
 """

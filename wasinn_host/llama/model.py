@@ -10,9 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..core.config.kv_types import GGML_TYPES
+from ..core.config.params import POOLING_RANK, ModelParams, SamplingParams
 from ..core.errors import ErrorKind, WasiNNError, invalid
-from ..core.kv_types import GGML_TYPES
-from ..core.params import POOLING_RANK, ModelParams, SamplingParams
 from ..core.runtime import DEFAULT_SEQUENCES, MAX_DEFAULT_CTX
 from . import devices
 from .bindings import llama_cpp
@@ -228,7 +228,7 @@ class LlamaModel:
 
 
 def kv_cache_bytes(model: LlamaModel, n_ctx: int, type_k: str = "f16", type_v: str = "f16") -> int:
-    """K and V cells of every layer for ``n_ctx`` cells, each of its cache type (``kv_types.py``'s names;
+    """K and V cells of every layer for ``n_ctx`` cells, each of its cache type (``core/config/kv_types.py``'s names;
     f16 is llama.cpp's default), as llama.cpp allocates them with a full-size sliding-window cache (its
     default): per layer a row of ``n_head_kv`` heads of the key (value) length, which a model may set
     apart from ``n_embd / n_head`` (Gemma 3: 256 against 160)."""

@@ -19,7 +19,7 @@ import logging
 from dataclasses import dataclass
 from typing import Callable
 
-from ..core.preload import Target
+from ..core.config.preload import Target
 
 ALL_LAYERS = -1
 """llama.cpp's "every layer, the output layer included" (``n_gpu_layers`` above the layer count)."""

@@ -15,8 +15,8 @@ import ctypes
 import functools
 from typing import Any
 
+from ..core.config.params import ModelParams
 from ..core.errors import ErrorKind, WasiNNError
-from ..core.params import ModelParams
 from .bindings import ggml_library, llama_cpp
 
 SPLIT_MODES = {

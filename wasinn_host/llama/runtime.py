@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core.params import ModelParams
+from ..core.config.params import ModelParams
 from ..core.runtime import KvLayout
 from .context import LlamaContext
 from .model import LlamaModel, kv_cache_bytes

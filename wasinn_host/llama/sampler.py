@@ -11,8 +11,8 @@ import sys
 import tempfile
 from typing import Any, Iterator, Protocol
 
+from ..core.config.params import SamplingParams
 from ..core.errors import ErrorKind, WasiNNError
-from ..core.params import SamplingParams
 from .bindings import llama_cpp
 from .grammar_sampling import GrammarSampler, GreedySampler
 from .json_schema import sampling_grammar

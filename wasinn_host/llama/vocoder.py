@@ -2,7 +2,7 @@
 
 Audio codes go in as one batch of tokens (positions 0..n-1, one sequence) through ``llama_encode``, as
 llama.cpp's ``tts`` tool does; out comes one frame of 1282 values per code (641 log-magnitudes and 641
-phases), which ``core/tts_audio.py`` turns into samples.  The decoder attends over all codes at once, so
+phases), which ``core/tts/audio.py`` turns into samples.  The decoder attends over all codes at once, so
 they must fit one micro-batch: the context is made as large as the codes of each call need, up to
 ``max_codes`` (the graph's larger of ``batch-size`` and ``ubatch-size``, as WasmEdge sizes its vocoder
 context from the graph's).  One lock serialises the graph's computations on the one context.
@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..core.errors import ErrorKind, WasiNNError, invalid
-from ..core.tts_audio import FRAME_WIDTH
+from ..core.tts.audio import FRAME_WIDTH
 from .bindings import llama_cpp
 from .load_errors import load_failure_cause
 from .log import capture_llama_log

@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 import orjson
 
-from ..core.config import ParsedConfig
+from ..core.config.keys import ParsedConfig
 from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.generation import GenerationResult, StopReason, outlet_of
 from .client_files import inline_image, without_client_keys

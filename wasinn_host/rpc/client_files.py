@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from ..core.config import SECTIONS, ParsedConfig, canonical_key, parse_config
+from ..core.config.keys import SECTIONS, ParsedConfig, canonical_key, parse_config
 from ..core.images import MODEL_MARKER
 
 CLIENT_KEYS = frozenset({"image", "mmproj"})

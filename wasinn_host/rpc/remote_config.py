@@ -11,7 +11,7 @@ import dataclasses
 
 import orjson
 
-from ..core.config import SECTIONS, ParsedConfig, canonical_key, parse_config
+from ..core.config.keys import SECTIONS, ParsedConfig, canonical_key, parse_config
 from ..core.errors import ErrorKind, WasiNNError
 
 PATH_KEYS = frozenset({"image", "mmproj", "tts-output-file", "tts-speaker-file", "model-vocoder"})

@@ -22,7 +22,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from ..backend.local import LocalBackend
-from ..core.limits import INLINE_IMAGE_ROOM
+from ..core.config.limits import INLINE_IMAGE_ROOM
 from .messages import KEEPALIVE, MAX_MESSAGE, TOKEN_KEY, host_grpc, nn_grpc
 from .service import NNService
 from .sessions import SessionScopes

@@ -20,9 +20,9 @@ import orjson
 from google.protobuf.empty_pb2 import Empty
 
 from ..backend.local import LocalBackend
-from ..core.config import EMPTY_CONFIG
+from ..core.config.keys import EMPTY_CONFIG
+from ..core.config.preload import Target
 from ..core.errors import ErrorKind, WasiNNError, invalid
-from ..core.preload import Target
 from ..ephemeral.errno import errno_for
 from ..ephemeral.execution import METADATA_INDEX, ExecutionContext
 from ..ephemeral.handles import HandleTables

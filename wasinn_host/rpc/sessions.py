@@ -14,7 +14,7 @@ import logging
 import threading
 from typing import Iterable
 
-from ..core.limits import Limits
+from ..core.config.limits import Limits
 from ..ephemeral.handles import HandleTables
 from ..guest.store_tables import ContextCounter
 

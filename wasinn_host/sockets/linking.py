@@ -24,7 +24,7 @@ from typing import Callable
 
 import wasmtime
 
-from ..core.limits import Limits
+from ..core.config.limits import Limits
 from ..guest.native_func import GuestTrap, caller_memory, define_i32_func
 from ..guest.store_tables import StoreTable
 from . import fd_calls, sock_calls, sock_options

@@ -30,8 +30,8 @@ from typing import Mapping, Protocol, Sequence, Union
 
 import wasmtime
 
-from ..core.limits import Limits
-from ..core.preload import Preload
+from ..core.config.limits import Limits
+from ..core.config.preload import Preload
 from ..core.registry import ModelRegistry
 from ..guest.store_tables import store_key
 from ..host import WasiNN

@@ -25,9 +25,9 @@ from typing import Any, Callable, Protocol
 
 from wasmtime import component as cm
 
+from ..core.config.limits import Limits
 from ..core.errors import WasiNNError
 from ..core.generation import StopReason
-from ..core.limits import Limits
 from .llm_mapping import HAYRIDE_OUTPUT, OUTPUT, read_request
 from .store_state import CONTEXT_STREAM, GRAPH_STREAM, TENSOR_STREAM, ComponentState
 

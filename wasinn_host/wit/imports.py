@@ -23,10 +23,10 @@ import wasmtime
 from wasmtime import component as cm
 
 from ..backend.protocol import Backend
-from ..core.config import EMPTY_CONFIG, parse_config
+from ..core.config.keys import EMPTY_CONFIG, parse_config
+from ..core.config.limits import Limits
+from ..core.config.preload import Target
 from ..core.errors import ErrorKind, WasiNNError, invalid
-from ..core.limits import Limits
-from ..core.preload import Target
 from ..guest import fast_calls
 from ..guest.files import with_guest_projector
 from ..guest.metadata import metadata_json

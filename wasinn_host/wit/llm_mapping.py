@@ -22,9 +22,9 @@ from typing import Any, Sequence
 
 import orjson
 
-from ..core.config import EMPTY_CONFIG, ParsedConfig, parse_config
+from ..core.config.keys import EMPTY_CONFIG, ParsedConfig, parse_config
+from ..core.config.limits import Limits
 from ..core.errors import ErrorKind, WasiNNError, invalid
-from ..core.limits import Limits
 from .tensors import HostTensor
 
 PROMPT = "prompt"

@@ -13,8 +13,8 @@ from collections import Counter
 from typing import Any, Iterable, Sequence, TypeVar
 
 from ..backend.protocol import BackendContext, BackendGraph
+from ..core.config.limits import Limits
 from ..core.errors import ErrorKind, invalid
-from ..core.limits import Limits
 from ..guest.files import give_image_reader
 from ..guest.scope import GuestScope
 from ..guest.stdout import PieceSink, inherited_stdout

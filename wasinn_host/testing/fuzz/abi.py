@@ -59,7 +59,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from wasinn_host.core.params import SamplingParams
+from wasinn_host.core.config.params import SamplingParams
 from wasinn_host.ephemeral.imports import SIGNATURES
 from wasinn_host.guest.stdout import python_stdout
 from wasinn_host.guest.store_tables import store_key

@@ -14,9 +14,9 @@ from typing import Any
 import wasmtime
 
 from wasinn_host import ModelRegistry, WasiNN
+from wasinn_host.core.config.limits import Limits
+from wasinn_host.core.config.params import ModelParams
 from wasinn_host.core.errors import WasiNNError
-from wasinn_host.core.limits import Limits
-from wasinn_host.core.params import ModelParams
 from wasinn_host.ephemeral.imports import SIGNATURES
 from wasinn_host.testing.abi_guest import PAGE, abi_guest_wat
 from wasinn_host.testing.gguf_models import char_token_id, write_successor_model

@@ -12,12 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .params import PromptOptions
+from ..config.params import PromptOptions
 
 MATCH_CAP = 64
 """Tokens compared backwards from a match (the estimate of :func:`match_acceptance` stops there)."""
-SPEC_TYPES = ("none", "ngram-simple")
-"""``spec-type`` values: no speculation (the default) or prompt lookup."""
 
 
 @dataclass(frozen=True)

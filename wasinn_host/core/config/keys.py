@@ -26,13 +26,21 @@ from typing import Any, Callable, Mapping
 
 import orjson
 
-from .errors import ErrorKind, WasiNNError, invalid
+from ..errors import ErrorKind, WasiNNError, invalid
+from ..prompt_cache.cache import valid_entry_name
 from .kv_types import ACCEPTED as KV_TYPES_ACCEPTED
 from .kv_types import is_kv_type, kv_type
-from .ngram_drafts import SPEC_TYPES
-from .params import DEFAULT_SEED, POOLING_RANK, ContextParams, ModelParams, PromptOptions, SamplingParams, StopParams  # noqa: F401
+from .params import (  # noqa: F401
+    DEFAULT_SEED,
+    POOLING_RANK,
+    SPEC_TYPES,
+    ContextParams,
+    ModelParams,
+    PromptOptions,
+    SamplingParams,
+    StopParams,
+)
 from .preload import Target
-from .prompt_cache import valid_entry_name
 
 log = logging.getLogger("wasinn_host")
 

@@ -6,7 +6,7 @@ identity (file path, size and mtime, or the hash of guest bytes; the llama.cpp b
 
 1. **Prefetch** (the guest's thread, before the job is queued): the entry of this model sharing the
    longest token prefix with the prompt (stopping before the last token and before any image) is
-   read and verified (:mod:`.prompt_cache_entry`), if it would save at least ``min_tokens`` over
+   read and verified (:mod:`.entry`), if it would save at least ``min_tokens`` over
    what the context's own sequence already holds.
 2. **Restore** (the model's worker thread, when the job gets its sequence): the state goes into the
    sequence with ``llama_state_seq_set_data`` and is trimmed to the shared prefix; the job decodes
@@ -40,7 +40,7 @@ from pathlib import Path, PurePosixPath
 from stat import S_ISREG
 from typing import Protocol
 
-from .prompt_cache_entry import (
+from .entry import (
     MAGIC,
     TEMP_PREFIX,
     EntryError,

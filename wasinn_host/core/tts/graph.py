@@ -5,11 +5,11 @@ As in WasmEdge's GGML plugin (and llama.cpp's ``tts`` tool):
 * **load**: ``tts`` needs ``model-vocoder``, a WavTokenizer GGUF the guest names inside its preopened
   directories (the front end resolves it: ``guest/files.py``); the backend loads it with the model
   (:func:`tts_model_params` checks the keys first; an invalid argument otherwise, as WasmEdge's load fails).
-* **set_input**: the prompt is the OuteTTS prompt of the text (``tts_prompt.py``), with the speaker of
+* **set_input**: the prompt is the OuteTTS prompt of the text (``prompt.py``), with the speaker of
   ``tts-speaker-file`` (read through the front end's :class:`FileAccess`) or the default one.
 * **compute**: the model generates as for any prompt (sampling keys, ``n-predict``, stop rules); then the
   audio codes among the generated tokens go through the vocoder, the spectra become a 24 kHz WAV
-  (``tts_audio.py``) that replaces the output, and the file is written to ``tts-output-file``.  The
+  (``audio.py``) that replaces the output, and the file is written to ``tts-output-file``.  The
   output's token count becomes the number of codes, as WasmEdge reports it.
 """
 
@@ -19,9 +19,9 @@ import dataclasses
 import logging
 from typing import Any, Protocol, Sequence
 
-from .errors import ErrorKind, WasiNNError, invalid
-from .params import ModelParams, PromptOptions
-from .tts_prompt import MAX_SPEAKER_BYTES, audio_codes, code_token_base, tts_prompt_tokens
+from ..config.params import ModelParams, PromptOptions
+from ..errors import ErrorKind, WasiNNError, invalid
+from .prompt import MAX_SPEAKER_BYTES, audio_codes, code_token_base, tts_prompt_tokens
 
 log = logging.getLogger("wasinn_host")
 
@@ -71,7 +71,7 @@ def tts_prompt(weights: Any, text: bytes, options: PromptOptions, files: FileAcc
 def speak(weights: Any, tokens: Sequence[int], label: str) -> tuple[bytes, list[int]]:
     """The WAV bytes of the audio codes among generated ``tokens``, and those codes' tokens; a runtime
     error if there are none or the vocoder fails."""
-    from .tts_audio import speech_wav  # numpy, for the graphs that speak
+    from .audio import speech_wav  # numpy, for the graphs that speak
 
     base = code_token_base(_tokenizer(weights), label)
     codes = audio_codes(tokens, base)

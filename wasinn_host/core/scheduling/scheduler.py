@@ -36,10 +36,14 @@ import threading
 import time
 from typing import Callable
 
+from .. import heap_trim
+from ..errors import ErrorKind, WasiNNError
+from ..generation import GenerationRequest, GenerationResult, StopReason
+from ..prompt_cache.cache import ModelPromptCache
+from ..runtime import Context, Model
 from . import (
     batch_plan,
     decode_parts,
-    heap_trim,
     prefill_budget,
     prefix_reuse,
     prompt_cache_use,
@@ -47,11 +51,7 @@ from . import (
     stop_rules,
 )
 from .draft_budget import DecodeCost, passes
-from .errors import ErrorKind, WasiNNError
-from .generation import GenerationRequest, GenerationResult, StopReason
 from .prefix_reuse import MIN_SHARED_PREFIX
-from .prompt_cache import ModelPromptCache
-from .runtime import Context, Model
 from .slot_state import ContextState, Job, Slot
 from .speculation import MAX_SPECULATIVE_BATCH
 from .step_clock import StepClock

@@ -5,14 +5,14 @@ model's BOS, if it has one)::
 
     <|im_start|>\\n
     <|text_start|>WORD<sep>WORD<sep>...            the speaker's words
-    the guest's text, normalised (tts_text.py)
+    the guest's text, normalised (text.py)
     <|text_end|>\\n
     <|audio_start|>\\nWORD<|t_D.DD|>[<|code_start|>]<|C|><|C|>...<end>\\n ...   the speaker's words and codes
 
 OuteTTS 0.2 separates words with ``<|text_sep|>`` and wraps each word's codes in ``<|code_start|>`` ...
 ``<|code_end|>``; 0.3 uses ``<|space|>`` for both and has no ``<|code_start|>``.  The version is the speaker
 file's ``version`` (``"0.2"`` or ``"0.3"``), else ``0.3`` for a model whose chat template is ``outetts-0.3``,
-else 0.2 (the tool's rule).  Without a speaker file the speaker is WasmEdge's default (``tts_speaker.py``).
+else 0.2 (the tool's rule).  Without a speaker file the speaker is WasmEdge's default (``speaker.py``).
 
 A speaker file is OuteTTS's JSON: ``{"words": [{"word": "the", "duration": 0.08, "codes": [257, 740]}, ...]}``
 (other keys are ignored).
@@ -24,9 +24,9 @@ from typing import Any, Callable, Sequence
 
 import orjson
 
-from .errors import invalid
-from .tts_speaker import default_speaker_words
-from .tts_text import normalize_text
+from ..errors import invalid
+from .speaker import default_speaker_words
+from .text import normalize_text
 
 MAX_SPEAKER_BYTES = 4 << 20
 """The largest speaker file read (OuteTTS's are about 20 KB)."""

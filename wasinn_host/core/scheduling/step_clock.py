@@ -1,6 +1,6 @@
 """Where a model worker's time goes, step by step: the host's own phases beside llama.cpp's.
 
-A step of :class:`~wasinn_host.core.scheduler.ModelWorker` is, in order,
+A step of :class:`~wasinn_host.core.scheduling.scheduler.ModelWorker` is, in order,
 
 - ``admit``: taking submitted requests, releasing closed contexts, starting waiting jobs in slots
   (prefix trims and copies, samplers); the requests submitted during a step are taken while the device

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import time
 
-from .generation import StopReason
-from .runtime import Context, Model
+from ..generation import StopReason
+from ..runtime import Context, Model
 from .slot_state import Job
 
 log = logging.getLogger("wasinn_host")

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
-from .runtime import Context
+from ..runtime import Context
+from ..tokens import common_prefix
 from .slot_state import Job, Slot
-from .tokens import common_prefix
 
 MIN_SHARED_PREFIX = 32
 """Prompt tokens another sequence must hold beyond a job's own before they are copied (or waited for)

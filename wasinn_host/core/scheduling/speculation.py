@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..generation import StopReason
+from ..runtime import Context
 from .draft_budget import (
     DecodeCost,
     Offer,
@@ -17,9 +19,7 @@ from .draft_budget import (
     recovered_acceptance,
     updated_acceptance,
 )
-from .generation import StopReason
 from .ngram_drafts import NgramDrafter, match_acceptance
-from .runtime import Context
 from .slot_state import Job
 
 MAX_SPECULATIVE_BATCH = 24

@@ -24,7 +24,7 @@ import collections
 import threading
 from typing import Any
 
-from .generation import GenerationResult, StopReason
+from ..generation import GenerationResult, StopReason
 
 LOOKAHEAD = 16
 """Tokens a stream's job samples at most ahead of its guest before it pauses."""

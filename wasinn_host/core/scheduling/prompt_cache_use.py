@@ -1,16 +1,16 @@
 """The worker's use of the on-disk prompt cache: read an entry before a job is queued, restore it
 into the job's sequence when it starts, save the prompt's state once it is decoded.
 
-Pure functions over a :class:`~.prompt_cache.ModelPromptCache` (None when the host keeps none) and
+Pure functions over a :class:`~wasinn_host.core.prompt_cache.cache.ModelPromptCache` (None when the host keeps none) and
 the scheduler's slot state.
 """
 
 from __future__ import annotations
 
-from .prompt_cache import ModelPromptCache, log_ignored_name
-from .runtime import Context
+from ..prompt_cache.cache import ModelPromptCache, log_ignored_name
+from ..runtime import Context
+from ..tokens import common_prefix
 from .slot_state import Job, Slot
-from .tokens import common_prefix
 
 
 def cacheable(job: Job) -> int:

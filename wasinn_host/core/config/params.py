@@ -2,20 +2,31 @@
 
 :class:`ModelParams` are load-time parameters (one llama.cpp model and context per distinct
 set); :class:`ContextParams` (sampling, stop rules, prompt options) belong to one execution
-context and may change between its computations.  ``config.py`` fills them from JSON.
+context and may change between its computations.  ``keys.py`` fills them from JSON.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .decode_parts import DEFAULT_LOGITS_ROWS
-from .prefill_budget import DEFAULT_STEP_BUDGET
 from .preload import Target
 
 DEFAULT_SEED = 0xFFFF_FFFF
 POOLING_RANK = 4
 """llama.cpp's ``LLAMA_POOLING_TYPE_RANK``: a reranker's classification head scores each sequence."""
+DEFAULT_STEP_BUDGET = 8.0
+"""A step with prompt tokens costs at most this many times a decode step of the generating guests.
+Measured with ``bench_mixed_load.py`` (2-core AVX-512 machine, 7 streams + a 2,300-token prompt, medians
+of 5): 8 cuts the streams' p99 gap from 1,017 to 178 ms and their longest from 2,072 to 292 ms, with
+their median 27 ms (20 unchunked), and delays the long prompt's first token 1.82x.  No budget keeps both
+p99/p50 within 3 and the delay within 1.5x on a CPU (docs/benchmarks.md says why); 8 misses each by
+about as much (3 gives p99/p50 1.5 and a 2.3x delay, 12 gives 9.6 and 1.6x)."""
+DEFAULT_LOGITS_ROWS = 0
+"""Rows of logits one ``llama_decode`` computes at most by default (``decode-logits-rows``): no cap.
+Measured with 32 Gemma 3 guests on 2 cores, a cap of 16 lowered the peak RSS by 33 MiB (+21.3 % to
++16.2 % over weights + KV) and cost 10 % of the tokens per second (two decodes a step), so it is opt-in."""
+SPEC_TYPES = ("none", "ngram-simple")
+"""``spec-type`` values: no speculation (the default) or prompt lookup."""
 
 
 @dataclass(frozen=True)
@@ -48,13 +59,13 @@ class ModelParams:
     """KV cache type of V (``type-v``); a quantized one needs flash attention."""
     prefill_step_budget: float = DEFAULT_STEP_BUDGET
     """While guests generate, a step with prompt tokens costs at most this many plain decode steps
-    (chunked prefill, see ``prefill_budget.py``); 0 = off (prompts take the whole batch)."""
+    (chunked prefill, see ``scheduling/prefill_budget.py``); 0 = off (prompts take the whole batch)."""
     decode_logits_rows: int = DEFAULT_LOGITS_ROWS
     """Logits rows one ``llama_decode`` computes at most: a step sampling more is decoded in parts of
-    this many (see ``decode_parts.py``); 0 = no cap (one decode a step)."""
+    this many (see ``scheduling/decode_parts.py``); 0 = no cap (one decode a step)."""
     mmproj: str = ""
     """The multimodal projector of the model's name ("" = text only): the one the host configured, or
-    a file the guest named inside its preopened directories (see ``registry.py``), never another host file."""
+    a file the guest named inside its preopened directories (see ``core/registry.py``), never another host file."""
     mmproj_from_guest: bool = False
     """``mmproj`` is a host path the front end resolved through the guest's preopened directories (set
     by the front end only: no config key reaches it)."""
@@ -91,7 +102,7 @@ class ModelParams:
     no_kv_offload: bool = False
     """Keep the KV cache (and the attention over it) in CPU memory when layers are offloaded."""
     tts: bool = False
-    """Text to speech (OuteTTS): prompts become OuteTTS prompts and the output a WAV file (``tts_graph.py``)."""
+    """Text to speech (OuteTTS): prompts become OuteTTS prompts and the output a WAV file (``tts/graph.py``)."""
     vocoder: str = ""
     """The WavTokenizer vocoder of a ``tts`` graph: a file the guest named inside its preopened directories."""
     vocoder_from_guest: bool = False

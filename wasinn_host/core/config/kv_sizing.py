@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .errors import ErrorKind, WasiNNError
+from ..errors import ErrorKind, WasiNNError
+from ..runtime import DEFAULT_SEQUENCES, KvLayout
 from .params import ModelParams
-from .runtime import DEFAULT_SEQUENCES, KvLayout
 
 MAX_SEQUENCES = 256
 """llama.cpp's limit on sequence ids (``llama_max_parallel_sequences``)."""

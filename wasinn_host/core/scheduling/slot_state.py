@@ -10,12 +10,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..config.params import SamplingParams
+from ..generation import GenerationRequest, GenerationResult
+from ..prompt_cache.cache import Prefetched
+from ..runtime import Sampler
 from .draft_budget import PRIOR_ACCEPTANCE
-from .generation import GenerationRequest, GenerationResult
 from .ngram_drafts import NgramDrafter
-from .params import SamplingParams
-from .prompt_cache import Prefetched
-from .runtime import Sampler
 from .stream_feed import StreamFeed
 
 

@@ -17,10 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-DEFAULT_LOGITS_ROWS = 0
-"""Rows of logits one ``llama_decode`` computes at most by default (``decode-logits-rows``): no cap.
-Measured with 32 Gemma 3 guests on 2 cores, a cap of 16 lowered the peak RSS by 33 MiB (+21.3 % to
-+16.2 % over weights + KV) and cost 10 % of the tokens per second (two decodes a step), so it is opt-in."""
+from ..config.params import DEFAULT_LOGITS_ROWS as DEFAULT_LOGITS_ROWS  # the key's default: config/params.py
 
 
 def parts(rows: Sequence[int], cap: int) -> list[range]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .errors import ErrorKind, WasiNNError
-from .images import MAX_IMAGE_BYTES, inline_image_bytes
+from ..errors import ErrorKind, WasiNNError
+from ..images import MAX_IMAGE_BYTES, inline_image_bytes
 
 INLINE_IMAGE_ROOM = 4 * -(-MAX_IMAGE_BYTES // 3) + 1024
 """Bytes a prompt may hold beyond ``max_prompt_bytes`` in inline ``<img>`` tags: one image of

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import ErrorKind, WasiNNError
+from ..errors import ErrorKind, WasiNNError
 
 
 def path_problem(path: Path) -> tuple[ErrorKind, str] | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import WasiNNError, invalid
+from ..errors import WasiNNError, invalid
 from .params import ModelParams
 
 GGML_TYPES: dict[str, int] = {

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import orjson
 
-from .tokens import common_prefix
+from ..tokens import common_prefix
 
 MAGIC = b"WNNKV\x00\x01\n"
 TEMP_PREFIX = ".tmp-"

@@ -30,16 +30,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
+from ..config.params import DEFAULT_STEP_BUDGET as DEFAULT_STEP_BUDGET  # the key's default: config/params.py
 from .draft_budget import passes
 from .step_cost import Entry, StepCost, attended, batch_cells
 
-DEFAULT_STEP_BUDGET = 8.0
-"""A step with prompt tokens costs at most this many times a decode step of the generating guests.
-Measured with ``bench_mixed_load.py`` (2-core AVX-512 machine, 7 streams + a 2,300-token prompt, medians
-of 5): 8 cuts the streams' p99 gap from 1,017 to 178 ms and their longest from 2,072 to 292 ms, with
-their median 27 ms (20 unchunked), and delays the long prompt's first token 1.82x.  No budget keeps both
-p99/p50 within 3 and the delay within 1.5x on a CPU (docs/benchmarks.md says why); 8 misses each by
-about as much (3 gives p99/p50 1.5 and a 2.3x delay, 12 gives 9.6 and 1.6x)."""
 STREAM_PAUSE_S = 0.5
 """A stream whose last step ended this recently (and did not end the stream) still counts as generating."""
 MIN_PROMPT_TOKENS = 1
