@@ -181,7 +181,7 @@ class InferenceContext:
         self._joiner: PieceJoiner | None = None
         """Holds back an unfinished UTF-8 character between streaming steps (made by a stream's first step)."""
         self._feed: StreamFeed | None = None
-        """The tokens the stream's job sampled ahead of the guest (:mod:`.stream_feed`)."""
+        """The tokens the stream's job sampled ahead of the guest (:mod:`.scheduling.stream_feed`)."""
         self._embedding: array[float] | None = None
         self.streaming = False
         self.closed = False
@@ -240,7 +240,7 @@ class InferenceContext:
             from .chat_prompt import render_chat_prompt  # Jinja, for the contexts that ask for templating
 
             data = render_chat_prompt(self.model.weights, self.params.options.chat_template, data)
-        if self.model.params.tts:  # an OuteTTS prompt (tts_graph.py)
+        if self.model.params.tts:  # an OuteTTS prompt (tts/graph.py)
             weights, label = self.model.weights, self.model.label
             self.image_prompt = None
             self.prompt_tokens = array("i", tts_prompt(weights, data, self.params.options, self.guest_files, label))
@@ -386,7 +386,7 @@ class InferenceContext:
     def stream_step(self) -> GenerationResult:
         """Generate one token (the first step starts a stream and clears the output).
 
-        The token comes from the stream's feed (:mod:`.stream_feed`): its job samples ahead of the
+        The token comes from the stream's feed (:mod:`.scheduling.stream_feed`): its job samples ahead of the
         guest, so a step waits only for a token not made yet.  ``last_piece`` is then what the step adds
         to the stream in whole UTF-8 characters: a token that ends inside a character gives the bytes
         before it, the token completing it the whole character.  The stream ends by itself when the
