@@ -177,8 +177,9 @@ def host_run(
     threads = [threading.Thread(target=go, args=(i,)) for i in range(len(prompts))]
     for thread in threads:
         thread.start()
-    steps0, passes0 = worker.clock.steps, worker.decode_passes
-    seconds0 = dict(worker.clock.seconds)
+    clock = getattr(worker, "clock", None)  # None: a tree from before the step clock (for comparisons)
+    steps0, passes0 = (clock.steps if clock else worker.decode_calls), getattr(worker, "decode_passes", 0)
+    seconds0 = dict(clock.seconds) if clock else {}
     barrier.wait()
     started = time.perf_counter()
     for thread in threads:
@@ -186,11 +187,12 @@ def host_run(
     wall = time.perf_counter() - started
     if any(codes):
         raise SystemExit(f"{way}: guests returned {codes}")
-    steps = worker.clock.steps - steps0
-    phases = {k: (v - seconds0[k]) * 1000.0 / max(steps, 1) for k, v in worker.clock.seconds.items()}
+    steps = (clock.steps if clock else worker.decode_calls) - steps0
+    seconds = clock.seconds if clock else dict.fromkeys(("admit", "plan", "launch", "device", "sample"), 0.0)
+    phases = {k: (v - seconds0.get(k, 0.0)) * 1000.0 / max(steps, 1) for k, v in seconds.items()}
     for guest in guests:
         nn.detach(guest.store)
-    return HostRun(len(prompts) * tokens / wall, steps, worker.decode_passes - passes0, phases)
+    return HostRun(len(prompts) * tokens / wall, steps, getattr(worker, "decode_passes", 0) - passes0, phases)
 
 
 def spread(values: list[float]) -> str:
