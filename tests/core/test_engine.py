@@ -23,6 +23,8 @@ from wasinn_host.testing.successor import successor_text, successor_tokenize
 pytestmark = pytest.mark.fast
 
 GREEDY = SamplingParams(temp=0.0)
+WAIT = 30.0
+"""The longest a test waits for the worker to reach a state (only a failure waits that long)."""
 
 
 def make_worker(
@@ -110,27 +112,63 @@ def test_contexts_decode_together(fake_model: pathlib.Path) -> None:
     worker.close()
 
 
+def gate_decodes(worker: ModelWorker) -> tuple[threading.Event, threading.Event, list[int]]:
+    """Make ``worker``'s decodes wait until the returned ``gate`` is set; ``entered`` is set once the first
+    decode waits there, and every token decoded is appended to the returned list (on the worker's thread)."""
+    gate, entered = threading.Event(), threading.Event()
+    decoded: list[int] = []
+    decode = worker.context.decode
+
+    def gated(batch: Any, first: int = 0, count: int | None = None) -> int:
+        entered.set()
+        assert gate.wait(WAIT), "the test never opened the gate"
+        tokens = batch.tokens[first:] if count is None else batch.tokens[first : first + count]
+        decoded.extend(token for token, *_ in tokens)
+        return decode(batch, first, count)
+
+    worker.context.decode = gated  # type: ignore[method-assign]
+    return gate, entered, decoded
+
+
+def wait_until(condition: Callable[[], bool]) -> None:
+    """Wait for a state of the worker that another thread brings about (failing after :data:`WAIT` s)."""
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        assert time.monotonic() < deadline, "the worker never reached the state the test waits for"
+        time.sleep(0.001)
+
+
 def test_priority_then_arrival_order(fake_model: pathlib.Path) -> None:
-    worker = make_worker(fake_model, n_seq=1, delay=0.01)
-    order: list[str] = []
+    """One sequence, held by a running job while three requests queue (low, then high, then low2): once it
+    is free they start by priority, then in arrival order.  The running job's first decode waits on a gate
+    until all three are queued, so none can start early however the threads are scheduled; each request's
+    prompt is its own letter, so the order is read from the tokens the worker decoded, in its own thread,
+    not from the order in which the callers' threads woke up."""
+    queue = (("low", "a", 0), ("high", "h", 5), ("low2", "p", 0))  # (name, prompt, priority) in arrival order
+    worker = make_worker(fake_model, n_seq=1)
+    gate, entered, decoded = gate_decodes(worker)
     blocker = threading.Thread(target=worker.submit, args=(request("7", limit=30), ContextState()))
     blocker.start()
-    while worker.active != 1:
-        pass
+    assert entered.wait(WAIT) and worker.active == 1
+    results: dict[str, GenerationResult] = {}
 
-    def run(name: str, priority: int) -> None:
-        worker.submit(request("a", limit=1, priority=priority), ContextState())
-        order.append(name)
+    def run(name: str, prompt: str, priority: int) -> None:
+        results[name] = worker.submit(request(prompt, limit=1, priority=priority), ContextState())
 
-    threads = []
-    for name, priority, queued in (("low", 0, 1), ("high", 5, 2), ("low2", 0, 3)):
-        threads.append(threading.Thread(target=run, args=(name, priority)))
-        threads[-1].start()
-        while worker.queued != queued:
-            pass
+    def queued(n: int) -> Callable[[], bool]:
+        return lambda: worker.queued == n
+
+    threads = [threading.Thread(target=run, args=item) for item in queue]
+    for n, thread in enumerate(threads, 1):
+        thread.start()
+        wait_until(queued(n))
+    assert worker.active == 1 and decoded == []  # all three wait while the blocker's first decode does
+    gate.set()
     for thread in [blocker, *threads]:
         thread.join()
-    assert order == ["high", "low", "low2"]
+    letters = {successor_tokenize(prompt)[-1]: name for name, prompt, _ in queue}
+    assert [letters[token] for token in decoded if token in letters] == ["high", "low", "low2"]
+    assert {name: text(result) for name, result in results.items()} == {"low": "b", "high": "i", "low2": "q"}
     worker.close()
 
 

@@ -2,7 +2,8 @@
 
 A WAT guest opens sockets until the host refuses one, then loads a model and writes to stdout: the
 host must survive (no wasmtime panic), refuse with errno 33/41 and one log line, and keep
-descriptors for itself.  ``RLIMIT_NOFILE`` is set low in the child process so this stays fast.  The
+descriptors for itself.  ``RLIMIT_NOFILE`` is set low in the child process so this stays fast (by a first
+interpreter that then ``exec``s the host, not by a ``preexec_fn``: see :func:`limited`).  The
 shipped ``socket_server.wasm`` must survive a client that resets before it is served and 200 idle
 connections (item 7, the refusal's log line, is in test_socket_refusals.py).
 """
@@ -12,14 +13,13 @@ from __future__ import annotations
 import http.client
 import pathlib
 import re
-import resource
 import signal
 import socket
 import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 import wasmtime
@@ -100,18 +100,38 @@ def filler(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     return path
 
 
-def nofile(soft: int, hard: int) -> Callable[[], None]:
-    """A ``preexec_fn`` setting the child's ``RLIMIT_NOFILE``."""
-    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+SET_NOFILE_THEN_EXEC = (
+    "import os, resource, sys; "
+    "resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), int(sys.argv[2]))); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[3:]])"
+)
+
+
+def limited(limit: tuple[int, int] | None, *argv: str) -> list[str]:
+    """The command line of ``python ARGV`` under ``RLIMIT_NOFILE`` ``limit`` (soft, hard) when given.
+
+    A first interpreter sets the limit and ``exec``s the real one.  Not a ``preexec_fn``: that makes
+    Python fork this process (not vfork) and run Python code in the child before the ``exec`` (unsafe
+    in a process with threads, Python's documentation says); once gRPC had run in this process
+    (tests/rpc), its fork handlers restarted its pollers in such a child, which aborted there
+    (tests/rpc/test_rpc_fork.py)."""
+    if limit is None:
+        return [sys.executable, *argv]
+    return [sys.executable, "-c", SET_NOFILE_THEN_EXEC, str(limit[0]), str(limit[1]), *argv]
+
+
+def test_the_launcher_sets_the_limit() -> None:
+    code = "import resource; print(*resource.getrlimit(resource.RLIMIT_NOFILE))"
+    done = subprocess.run(limited((200, 300), "-c", code), capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "200 300\n"), done.stderr
 
 
 def wasinn(*args: str, limit: tuple[int, int] | None = None, **popen: object) -> subprocess.Popen[bytes]:
     return subprocess.Popen(  # type: ignore[call-overload]
-        [sys.executable, "-m", "wasinn_host", "run", *args],
+        limited(limit, "-m", "wasinn_host", "run", *args),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=ROOT,
-        preexec_fn=None if limit is None else nofile(*limit),
         **popen,
     )
 
@@ -218,11 +238,10 @@ print(linker.instantiate(store, module).exports(store)["fill"](store))
 
 def test_an_embedding_process_caps_every_store_and_the_process() -> None:
     proc = subprocess.run(
-        [sys.executable, "-c", EMBEDDED],
+        limited((200, 200), "-c", EMBEDDED),
         input=FILLER_WAT.encode(),
         capture_output=True,
         timeout=120,
-        preexec_fn=nofile(200, 200),
         cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr.decode()
