@@ -173,6 +173,8 @@ class ModelWorker:
         self._copy_targets: set[int] = set()  # ... and into
         self._pending_copies: list[tuple[int, int, int]] = []  # (source, target, first position dropped)
         self._submitted = 0
+        self._deliveries: list[tuple[StreamFeed, GenerationResult | tuple[GenerationResult]]] = []
+        """Streams' tokens and ends not handed to their feeds yet (:meth:`_deliver`)."""
         self._thread = threading.Thread(target=self._run, name=f"wasinn-model-{name}", daemon=True)
         self._thread.start()
 
@@ -253,6 +255,8 @@ class ModelWorker:
     def _run(self) -> None:
         while True:
             with self._cv:
+                if self._deliveries:  # nothing to decode next: the tokens sampled last go now
+                    self._deliver()
                 while not (self._incoming or self._releases or self._closing or self._active or self._waiting):
                     self._cv.wait()
                 if self._closing and not (self._incoming or self._active or self._waiting):
@@ -635,6 +639,7 @@ class ModelWorker:
         """Run ``n_tokens`` of the batch from index ``first`` (the tokens of ``in_batch``, ``counts`` a
         sequence, attending ``cells`` KV cells); on failure, free the jobs' cells and fail them."""
         began = time.perf_counter()
+        self._deliver()
         rc = self.context.decode(self._batch, first, n_tokens)
         self.clock.lap("launch")
         with self._cv:  # while a GPU computes: requests submitted meanwhile join the waiting list
@@ -713,13 +718,26 @@ class ModelWorker:
             reused_tokens=job.result.reused_tokens if first else 0,
         )
         job.t_token = now
+        job.feed.undelivered += 1
+        self._deliveries.append((job.feed, item))
         if stop is StopReason.TOKEN:
             job.tokens.append(token)
-            if job.feed.put(item):
+            if job.feed.backlog + job.feed.undelivered < job.feed.lookahead:
                 return
-        else:
-            job.feed.put(item)
         self._finish(job, stop)
+
+    def _deliver(self) -> None:
+        """Hand the tokens sampled since the last delivery to their streams' feeds, and the ends of the
+        streams' jobs after them.  The worker delivers right before it calls llama.cpp (and before it
+        waits for work): the guests it wakes then run while llama.cpp computes without the GIL, instead
+        of taking it from the worker while it samples the other jobs."""
+        deliveries, self._deliveries = self._deliveries, []
+        for feed, item in deliveries:
+            if isinstance(item, GenerationResult):
+                feed.undelivered -= 1
+                feed.put(item)
+            else:
+                feed.close(item[0])
 
     def _sample_token(self, job: Job) -> tuple[int, bytes]:
         """Sample one token, record it (and its alternatives with ``n-probs``), return it and its bytes."""
@@ -760,7 +778,10 @@ class ModelWorker:
         if job in self._active:
             self._active.remove(job)
         if job.feed is not None:
-            job.feed.close(result)
+            if threading.current_thread() is self._thread:
+                self._deliveries.append((job.feed, (result,)))  # after the tokens not delivered yet
+            else:
+                job.feed.close(result)
         job.done.set()
 
     def _went_idle(self, state: ContextState) -> None:

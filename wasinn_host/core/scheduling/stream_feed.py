@@ -33,7 +33,7 @@ LOOKAHEAD = 16
 class StreamFeed:
     """The tokens one stream's job sampled and its guest has not taken yet, one result each."""
 
-    __slots__ = ("lookahead", "_items", "_cv", "running", "final", "ended")
+    __slots__ = ("lookahead", "_items", "_cv", "running", "final", "ended", "undelivered")
 
     def __init__(self, lookahead: int = LOOKAHEAD) -> None:
         self.lookahead = max(1, lookahead)
@@ -45,6 +45,8 @@ class StreamFeed:
         """The job's own result once it ended: its stop reason, or its error."""
         self.ended = False
         """The guest ended the stream (:meth:`end`): the worker drops the job."""
+        self.undelivered = 0
+        """Tokens the worker sampled for the feed and holds until it next calls llama.cpp (worker only)."""
 
     # -- worker side --------------------------------------------------------------
 
