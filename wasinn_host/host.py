@@ -127,6 +127,7 @@ class WasiNN:
         self.sockets = SocketLayer(engine, sockets)
         self._component_linker: wasmtime.component.Linker | None = None
         self._linker_lock = threading.Lock()
+        self._module_linkers: weakref.WeakKeyDictionary[wasmtime.Module, wasmtime.Linker] = weakref.WeakKeyDictionary()
         self.compile_cache: CompileCache | None = None
         if compile_cache is not False:
             directory = None if compile_cache is True else Path(compile_cache)
@@ -261,13 +262,18 @@ class WasiNN:
         return run_guest(self, self.load_guest(module), module, args, options or RunOptions())
 
     def module_linker(self, module: wasmtime.Module) -> wasmtime.Linker:
-        """A new Linker for ``module``: WASI preview 1, ``wasi_ephemeral_nn``, and WasmEdge's sockets and
-        wasi:logging when the module imports them."""
-        linker = wasmtime.Linker(self.engine)
-        linker.define_wasi()
-        self.add_to_linker(linker)
-        self.sockets.link(linker, module)
-        return linker
+        """The Linker for ``module``: WASI preview 1, ``wasi_ephemeral_nn``, and WasmEdge's sockets and
+        wasi:logging when the module imports them.  Made once per module and kept while the module lives
+        (it holds no per-Store state), so each run of a module does not build its imports again."""
+        with self._linker_lock:
+            linker = self._module_linkers.get(module)
+            if linker is None:
+                linker = wasmtime.Linker(self.engine)
+                linker.define_wasi()
+                self.add_to_linker(linker)
+                self.sockets.link(linker, module)
+                self._module_linkers[module] = linker
+            return linker
 
     def component_linker(self) -> wasmtime.component.Linker:
         """The one component Linker of this host (wasi:cli by ``add_wasip2``, and wasi:nn), made on first use:

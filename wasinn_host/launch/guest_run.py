@@ -10,6 +10,7 @@ pieces go in order with the guest's own writes), and closing it when the guest e
 from __future__ import annotations
 
 import os
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
@@ -70,6 +71,10 @@ class LinkingHost(Protocol):
         """Free ``store``'s per-Store state."""
 
 
+_CHECKED: weakref.WeakSet[wasmtime.Linker] = weakref.WeakSet()
+"""Linkers whose module's imports were checked (:func:`.import_check.check_imports`)."""
+
+
 def run_guest(
     host: LinkingHost, compiled: Guest, module: ModuleSource, args: Sequence[str], options: RunOptions
 ) -> int:
@@ -123,7 +128,9 @@ def _run_in_store(
 def _run_module(host: LinkingHost, store: wasmtime.Store, module: wasmtime.Module) -> int:
     """Run a command module: WASI preview 1 and ``wasi_ephemeral_nn``, then ``_start``."""
     linker = host.module_linker(module)
-    check_imports(linker, store, module)
+    if linker not in _CHECKED:  # a host keeps one Linker per module: its imports are checked once
+        check_imports(linker, store, module)
+        _CHECKED.add(linker)
     try:
         instance = linker.instantiate(store, module)
     except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
