@@ -79,3 +79,16 @@ def test_follows_does_not_wait_for_a_short_shared_prefix_or_without_cache_prompt
     short = job(tokens[: MIN_SHARED_PREFIX - 1] + [700, 701])
     assert not prefix_reuse.follows(short, slot(0), [leader.slot], [leader], ())
     assert not prefix_reuse.follows(job(tokens + [1], cache_prompt=False), slot(0), [leader.slot], [leader], ())
+
+
+def test_common_prefix_of_lists_tuples_and_arrays() -> None:
+    from array import array
+
+    from wasinn_host.core.tokens import common_prefix
+
+    assert common_prefix([1, 2, 3], [1, 2, 3, 4]) == 3
+    assert common_prefix([1, 2, 3], (1, 2, 4)) == 2
+    assert common_prefix([], [1]) == 0
+    assert common_prefix([5, 2], [1, 2]) == 0
+    assert common_prefix(array("i", [1, 2, 3]), [1, 2, 3]) == 3
+    assert common_prefix([1] * 500 + [2], [1] * 500 + [3]) == 500

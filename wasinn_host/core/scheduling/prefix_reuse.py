@@ -56,6 +56,8 @@ def donor(
 def copy_source(slots: Iterable[Slot], job: Job, slot: Slot, copy_targets: Collection[int]) -> tuple[Slot, int] | None:
     """The sequence to copy the job's prefix from and the prefix's length, if another sequence holds
     :data:`MIN_SHARED_PREFIX` more of it than ``slot`` does; None to decode it."""
+    if len(job.tokens) - 1 - len(slot.kv) < MIN_SHARED_PREFIX:  # the slot holds (nearly) all it can use
+        return None
     source, shared = donor(slots, job, slot, len(slot.kv), copy_targets)
     if source is None or shared - len(slot.kv) < MIN_SHARED_PREFIX:
         return None
