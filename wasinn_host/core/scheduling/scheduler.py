@@ -24,8 +24,11 @@ The worker owns the inference context.  Other threads never touch it: they submi
    is the sampler's own choice from the same logits, so greedy and seeded outputs are the
    ones plain decoding gives and sampling keeps its distribution.
 
-``compute`` is one job with ``limit = n-predict``; each streaming step is one job with
-``limit = 1`` whose tokens include the previously sampled ones.
+``compute`` is one job with ``limit = n-predict``; a ``compute_single`` stream is one job that samples
+ahead of its guest into the stream's feed (:meth:`ModelWorker.start_stream`, :mod:`.stream_feed`), whose
+tokens reach the feed right before the worker next calls llama.cpp (:meth:`ModelWorker._deliver`); a
+request with ``limit = 1`` and ``streaming`` (without a feed) is one step of a stream, as before.  Each
+step's time is counted by phase (:mod:`.step_clock`).
 """
 
 from __future__ import annotations
