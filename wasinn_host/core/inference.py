@@ -399,16 +399,18 @@ class InferenceContext:
             self._clear_output()
             self.streaming = True
         feed = self._feed
-        result = feed.take() if feed is not None else None
-        if result is None and (feed is None or feed.final is None or feed.final.error is None):
-            request = self._request(prompt + self.output_tokens, limit=INT32_MAX, streaming=True, reset_sampler=first)
-            self._feed = feed = StreamFeed()
-            self.busy = True
-            try:
+        self.busy = True  # waiting for a token is computing (the idle reaper leaves the context alone)
+        try:
+            result = feed.take() if feed is not None else None
+            if result is None and (feed is None or feed.final is None or feed.final.error is None):
+                request = self._request(
+                    prompt + self.output_tokens, limit=INT32_MAX, streaming=True, reset_sampler=first
+                )
+                self._feed = feed = StreamFeed()
                 self.model.worker.start_stream(request, self.state, feed)
-            finally:
-                self.busy = False
-            result = feed.take()
+                result = feed.take()
+        finally:
+            self.busy = False
         if result is None:  # the job ended without a token: its error
             assert feed is not None and feed.final is not None
             result = feed.final
