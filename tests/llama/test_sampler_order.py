@@ -31,7 +31,7 @@ from wasinn_host.core.config.keys import parse_config
 from wasinn_host.core.config.params import ContextParams, SamplingParams
 from wasinn_host.core.inference import InferenceContext
 from wasinn_host.llama import sampler as host_sampler
-from wasinn_host.llama.grammar_sampling import GrammarSampler, GreedySampler, allowed_indices
+from wasinn_host.llama.grammar_sampling import GrammarSampler, GreedySampler, allowed_indices, kth_largest
 from wasinn_host.llama.json_schema import schema_to_grammar
 from wasinn_host.llama.piece_trie import PieceTrie
 from wasinn_host.testing.gguf_models import write_successor_model
@@ -374,3 +374,25 @@ def test_piece_trie_finds_what_the_grammar_allows(vocabs: dict[str, Any], name: 
     finally:
         llama_cpp.llama_sampler_free(grammar)
     assert compared >= 5 and restrictive >= 1
+
+
+@pytest.mark.parametrize("shape", ["normal", "ties", "mostly_banned", "sorted", "nan"])
+def test_kth_largest_is_what_a_partition_gives(shape: str) -> None:
+    """The rounds' thresholds are those of ``np.partition`` over every logit, whatever the sample's guess
+    (too low, too high, on ties, with -inf or NaN among the values)."""
+    rng = np.random.default_rng(5)
+    for n in (10, 5000, 262_144):
+        if shape == "ties":
+            values = rng.integers(0, 5, n).astype(np.float32)
+        elif shape == "mostly_banned":
+            values = np.full(n, -np.inf, dtype=np.float32)
+            values[rng.integers(0, n, 50)] = rng.standard_normal(50)
+        else:
+            values = rng.standard_normal(n).astype(np.float32)
+            if shape == "sorted":  # the strided sample sees the largest values at the end only
+                values.sort()
+            elif shape == "nan":
+                values[n // 3] = np.nan
+        for k in sorted({1, 2, 40, 64, 80, 640, 1000, 5120, n // 2, n} & set(range(1, n + 1))):
+            expected = np.partition(values, n - k)[n - k]
+            np.testing.assert_equal(kth_largest(values, k), expected, err_msg=f"n={n} k={k}")

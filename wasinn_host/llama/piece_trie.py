@@ -63,6 +63,8 @@ class PieceTrie:
         bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2))
         self.levels = [order[bounds[d] : bounds[d + 1]] for d in range(len(bounds) - 1)]
         """Token ids by depth: the roots first, then each token after its parent's level."""
+        self.level_parents = [parent[ids] for ids in self.levels]
+        """Each level's parents (``parent[ids]`` of its ids), gathered once instead of at every call."""
 
     @classmethod
     def of_vocab(cls, vocab: Any, n_vocab: int) -> PieceTrie:
@@ -86,8 +88,8 @@ class PieceTrie:
         import numpy as np
 
         passed = np.zeros(len(self.parent), dtype=bool)
-        for level, ids in enumerate(self.levels):
-            candidates = ids if level == 0 else ids[passed[self.parent[ids]]]
+        for level, (ids, parents) in enumerate(zip(self.levels, self.level_parents)):
+            candidates = ids if level == 0 else ids[passed[parents]]
             if len(candidates):
                 passed[test(candidates)] = True
         return np.flatnonzero(passed)
