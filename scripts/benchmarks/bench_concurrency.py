@@ -15,7 +15,9 @@ tokens, it measures
    ``--native-kv-unified``, ``n_ctx`` = N * ctx-size), one ``llama_decode`` per step with one
    token per sequence in increasing seq-id order, logits only for each sequence's last token,
    one greedy sampler per sequence; prompts are decoded together (chunked to ``n_batch``).
-   Timed from the first prompt decode to the T-th sampled token of every sequence.
+   Timed from the first prompt decode to the T-th sampled token of every sequence.  The
+   reference runs in a process of its own (``native_process.py``: two OpenMP thread teams in one
+   process slow both), as a user of llama-cpp-python runs it.
 3. a table of N, host tokens/s, native tokens/s, their ratio (target at N = 8: >= 0.9) and the
    host's speed-up over N = 1 (medians of ``--runs`` interleaved runs; prompts are fresh random
    letters for every run and guest, of equal length, so nothing is shared but the BOS token).
@@ -60,6 +62,7 @@ from pathlib import Path
 import llama_cpp
 import wasmtime
 from guests_together import run_together
+from native_process import native
 from peak_rss import PeakRss, rss_bytes
 
 from wasinn_host import ModelRegistry, WasiNN
@@ -238,6 +241,30 @@ def native_run(
     llama_cpp.llama_batch_free(batch)
     llama_cpp.llama_free(ctx)
     return n * n_tokens / elapsed, [bytes(t) for t in texts]
+
+
+_MODELS: dict[str, NativeModel] = {}
+
+
+def _native_model(path: str) -> NativeModel:
+    """The reference process's copy of the model at ``path`` (loaded at its first use)."""
+    if path not in _MODELS:
+        _MODELS[path] = native_load(Path(path))
+    return _MODELS[path]
+
+
+def native_batched(
+    path: str, prompts: list[str], n_tokens: int, threads: int, ctx_size: int, kv_unified: bool
+) -> tuple[float, list[bytes]]:
+    """:func:`native_run` of ``prompts`` on the model at ``path``: run it with
+    :func:`native_process.native`, in the reference's own process."""
+    model = _native_model(path)
+    return native_run(model, [model.tokenize(p) for p in prompts], n_tokens, threads, ctx_size, kv_unified)
+
+
+def native_turns(path: str, first: str, second: str, threads: int, ctx_size: int) -> tuple[float, float]:
+    """:func:`native_continuation` on the model at ``path`` (in the reference's process, as above)."""
+    return native_continuation(_native_model(path), first, second, threads, ctx_size)
 
 
 # -- prefix reuse (time to first token through the ABI) ------------------------------
@@ -452,43 +479,44 @@ def main() -> int:
         kv_sequences = model_status["sequences"]
         high_water = model_status["sequences_high_water"]
 
-        native_model = native_load(model_path)
-        native_run(
-            native_model,
-            [native_model.tokenize(p) for p in random_prompts(rng, 2, args.prompt_tokens)],
+        reference = str(model_path)
+        native(
+            native_batched,
+            reference,
+            random_prompts(rng, 2, args.prompt_tokens),
             4,
             args.threads,
             ctx_size,
             args.native_kv_unified,
-        )  # warm up
+        )  # warm up (the reference runs in a process of its own: native_process.py says why)
         host: dict[int, list[HostRun]] = {n: [] for n in ns}
-        native: dict[int, list[float]] = {n: [] for n in ns}
+        native_rates: dict[int, list[float]] = {n: [] for n in ns}
         same = {n: 0 for n in ns}
         for _ in range(args.runs):  # interleaved, so drift affects both alike
             for n in ns:
                 prompts = random_prompts(rng, n, args.prompt_tokens)
                 one = host_run(nn, module, prompts, config)
-                rate, texts = native_run(
-                    native_model,
-                    [native_model.tokenize(p) for p in prompts],
+                rate, texts = native(
+                    native_batched,
+                    reference,
+                    prompts,
                     args.tokens,
                     args.threads,
                     ctx_size,
                     args.native_kv_unified,
                 )
                 host[n].append(one)
-                native[n].append(rate)
+                native_rates[n].append(rate)
                 same[n] += sum(a == b for a, b in zip(one.texts, texts))
         # prefix reuse: fresh random prompts, so turn 1 reuses nothing but BOS
         turns: list[TurnTimes] = []
-        native_turns: list[tuple[float, float]] = []
+        native_turn_ms: list[tuple[float, float]] = []
         ttft_config = dict(config, **{"n-predict": 1})
         for _ in range(args.ttft_runs):
             first = random_prompts(rng, 1, args.prefix_tokens)[0]
             second = first + random_prompts(rng, 1, args.extra_tokens)[0]
             turns.append(prefix_reuse(nn, ttft_config, first, second))
-            native_turns.append(native_continuation(native_model, first, second, args.threads, ctx_size))
-        llama_cpp.llama_model_free(native_model.ptr)
+            native_turn_ms.append(native(native_turns, reference, first, second, args.threads, ctx_size))
         nn.registry.close()
         total_s = time.perf_counter() - started_all
 
@@ -513,7 +541,7 @@ def main() -> int:
     base = statistics.median(r.tokens_per_s for r in host[ns[0]]) if ns[0] == 1 else None
     for n in ns:
         h = statistics.median(r.tokens_per_s for r in host[n])
-        nat = statistics.median(native[n])
+        nat = statistics.median(native_rates[n])
         speedup = f"{h / base:9.2f}" if base else f"{'-':>9}"
         calls = statistics.median(r.decode_calls for r in host[n])
         print(
@@ -522,7 +550,7 @@ def main() -> int:
         )
     host_runs = "; ".join(f"N={n}: " + ", ".join(f"{r.tokens_per_s:.0f}" for r in host[n]) for n in ns)
     print("     runs (host): " + host_runs)
-    print("     runs (native): " + "; ".join(f"N={n}: " + ", ".join(f"{x:.0f}" for x in native[n]) for n in ns))
+    print("     runs (native): " + "; ".join(f"N={n}: " + ", ".join(f"{x:.0f}" for x in native_rates[n]) for n in ns))
     print(f"target: host/native >= 0.9 at N={ns[-1]}")
     print()
     expected = weights + kv_bytes
@@ -559,8 +587,8 @@ def main() -> int:
         f"(decoded: {', '.join(str(t.second_decoded) for t in turns)} tokens)"
     )
     print(f"  turn 2 / turn 1: {t2 / t1 * 100:.1f} %  (target <= 15 %)")
-    n1 = statistics.median(t for t, _ in native_turns)
-    n2 = statistics.median(t for _, t in native_turns)
+    n1 = statistics.median(t for t, _ in native_turn_ms)
+    n2 = statistics.median(t for _, t in native_turn_ms)
     print(
         f"  llama.cpp alone (llama_decode + greedy sample): turn 1 {n1:.1f} ms, turn 2 {n2:.2f} ms "
         f"({n2 / n1 * 100:.1f} %); the host's own cost of one compute: {t2 - n2:.2f} ms "

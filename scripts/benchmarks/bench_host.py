@@ -3,7 +3,8 @@
 In one run, on the same GGUF model, prompt, greedy sampling, thread count and number of
 generated tokens, it measures
 
-* **native**: llama-cpp-python's low-level API in a plain decode loop (the reference);
+* **native**: llama-cpp-python's low-level API in a plain decode loop (the reference), in a process of
+  its own (``native_process.py``: two OpenMP thread teams in one process slow both);
 * **host**: ``guest_examples/complete.wasm`` run through :class:`wasinn_host.WasiNN`
   (model already loaded; each run includes instantiating the guest);
 
@@ -34,6 +35,7 @@ from typing import Mapping
 
 import llama_cpp
 import wasmtime
+from native_process import native
 
 from wasinn_host import ModelRegistry, RunOptions, WasiNN
 from wasinn_host.core.config.keys import EMPTY_CONFIG
@@ -212,8 +214,8 @@ def grammar_cost(nn: WasiNN, model: Path, n_tokens: int, threads: int, n_ctx: in
         rates["free_t"].append(session_tokens_per_s(nn, free_sampled)[0])
         rate, counts["sampled"] = session_tokens_per_s(nn, {**free_sampled, "ignore-eos": False, **schema})
         rates["sampled"].append(rate)
-        rates["nf"].append(native_tokens_per_s(model, n_tokens, threads, n_ctx, prompt=GRAMMAR_PROMPT))
-        rates["nc"].append(native_tokens_per_s(model, n_tokens, threads, n_ctx, gbnf, GRAMMAR_PROMPT))
+        rates["nf"].append(native(native_tokens_per_s, model, n_tokens, threads, n_ctx, prompt=GRAMMAR_PROMPT))
+        rates["nc"].append(native(native_tokens_per_s, model, n_tokens, threads, n_ctx, gbnf, GRAMMAR_PROMPT))
     m = {key: statistics.median(values) for key, values in rates.items()}
     return [
         "json-schema generation vs unconstrained, tokens/s after the prompt (target >= 0.8):",
@@ -248,21 +250,23 @@ def main() -> int:
         n_ctx = 512 + 64
         nn = WasiNN(preload=[f"bench:GGML:AUTO:{model}", f"succ:GGML:AUTO:{successor}"], registry=ModelRegistry())
         host_tokens_per_s(nn, 8, args.threads, n_ctx, workdir)  # load the model, warm up
-        native_tokens_per_s(model, 8, args.threads, n_ctx)
-        native, host = [], []
+        native(native_tokens_per_s, model, 8, args.threads, n_ctx)
+        reference, host = [], []
         for _ in range(args.runs):  # interleaved, so drift affects both alike
-            native.append(native_tokens_per_s(model, args.tokens, args.threads, n_ctx))
+            reference.append(native(native_tokens_per_s, model, args.tokens, args.threads, n_ctx))
             host.append(host_tokens_per_s(nn, args.tokens, args.threads, n_ctx, workdir))
         cost = get_output_cost_us(nn, args.calls)
         metadata_cost = get_output_cost_us(nn, args.calls, index=1)
         grammar = [] if args.no_grammar else grammar_cost(nn, model, args.tokens, args.threads, n_ctx, args.runs)
         nn.registry.close()
-    n, h = statistics.median(native), statistics.median(host)
+    n, h = statistics.median(reference), statistics.median(host)
     print(
         f"model: {model.name if args.model else 'random 12-layer F16 (generated)'}; "
         f"{args.tokens} tokens, greedy, {args.threads} threads, median of {args.runs}"
     )
-    print(f"native llama-cpp-python decode loop : {n:8.1f} tokens/s  (runs: {', '.join(f'{x:.1f}' for x in native)})")
+    print(
+        f"native llama-cpp-python decode loop : {n:8.1f} tokens/s  (runs: {', '.join(f'{x:.1f}' for x in reference)})"
+    )
     print(f"guest through wasinn-host          : {h:8.1f} tokens/s  (runs: {', '.join(f'{x:.1f}' for x in host)})")
     print(f"ratio host/native                  : {h / n:8.3f}  (target >= 0.97)")
     print(f"get_output (64 bytes) per call     : {cost:8.2f} us  (target <= 10)")

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import grpc
 from bench_host import PROMPT, native_tokens_per_s
+from native_process import native
 
 from wasinn_host import ModelRegistry, RunOptions, WasiNN
 from wasinn_host.rpc.messages import SESSION_KEY, nn, nn_grpc
@@ -125,7 +126,9 @@ def main() -> int:
                 guest_tokens_per_s(host, "complete", 4, args.threads, workdir)
             results: dict[str, list[float]] = {}
             for _ in range(args.runs):
-                results.setdefault("native", []).append(native_tokens_per_s(model, args.tokens, args.threads, 576))
+                results.setdefault("native", []).append(
+                    native(native_tokens_per_s, model, args.tokens, args.threads, 576)
+                )
                 for guest in ("complete", "chat"):
                     for name, host in hosts.items():
                         value = guest_tokens_per_s(host, guest, args.tokens, args.threads, workdir)

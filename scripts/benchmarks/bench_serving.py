@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import wasmtime
-from bench_concurrency import native_load, native_run
+from bench_concurrency import native_batched
+from native_process import native
 
 from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.testing.gguf_models import write_random_model
@@ -233,8 +234,8 @@ def main() -> int:
         nn = WasiNN(preload=[f"{ALIAS}:GGML:AUTO:{path}"], registry=ModelRegistry())
         module = wasmtime.Module(nn.engine, bytes(wasmtime.wat2wasm(GUEST_WAT)))
         host_run(nn, module, config, prompts(1), "once", 4)  # load the model, warm up
-        native = native_load(path)
-        native_run(native, [native.tokenize(p) for p in prompts(2)], 4, args.threads, ctx_size, False)
+        # the reference runs in a process of its own (native_process.py says why)
+        native(native_batched, str(path), prompts(2), 4, args.threads, ctx_size, False)
         host: dict[tuple[int, str], list[HostRun]] = {}
         ref: dict[int, list[float]] = {n: [] for n in ns}
         for _ in range(args.runs):
@@ -242,11 +243,7 @@ def main() -> int:
                 batch = prompts(n)
                 for way in ways:
                     host.setdefault((n, way), []).append(host_run(nn, module, config, batch, way, args.tokens))
-                ref[n].append(
-                    native_run(native, [native.tokenize(p) for p in batch], args.tokens, args.threads, ctx_size, False)[
-                        0
-                    ]
-                )
+                ref[n].append(native(native_batched, str(path), batch, args.tokens, args.threads, ctx_size, False)[0])
         status = nn.status()["models"][0]
         nn.registry.close()
 

@@ -48,6 +48,7 @@ from typing import Any
 import llama_cpp
 import wasmtime
 from guests_together import run_together
+from native_process import native
 
 from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.core.scheduling.ngram_drafts import DraftSettings, NgramDrafter
@@ -60,8 +61,8 @@ GUEST = ROOT / "guest_examples" / "complete.wasm"
 ALIAS = "m"
 N_GUESTS = 8
 N_CTX = 1024
-TARGETS = {"repeat": 1.5, "fresh": 0.95, "guests": 1.0, "list": 0.0, "code": 0.0, "json": 0.0, "quotes": 0.0}
-HELD_OUT = ("list", "code", "json", "quotes")
+HELD_OUT = ("list", "code", "json", "quotes", "books", "packing", "groceries", "steps", "capitals")
+TARGETS = {"repeat": 1.5, "fresh": 0.95, "guests": 1.0, **dict.fromkeys(HELD_OUT, 0.0)}
 """Repetitive workloads no setting was tuned on: each must reach CEILING_SHARE of the ceiling."""
 CEILING_SHARE = 0.8
 DRAFT_MAX = DraftSettings().n_max
@@ -122,8 +123,38 @@ HELD_OUT_TASKS = {
     '"tags": ["admin", "editor", "reviewer"], "active": true}',
     "quotes": 'Repeat these three quotes word for word:\n\n"The only way to do great work is to love what you do."'
     '\n"In the middle of difficulty lies opportunity."\n"Life is what happens when you\'re busy making other plans."',
+    "books": "Here is the list of books for our reading club this year. Please write the list out again exactly:\n"
+    "1. Pride and Prejudice by Jane Austen\n2. To Kill a Mockingbird by Harper Lee\n"
+    "3. The Great Gatsby by F. Scott Fitzgerald\n4. One Hundred Years of Solitude by Gabriel Garcia Marquez\n"
+    "5. Moby-Dick by Herman Melville\n6. War and Peace by Leo Tolstoy\n"
+    "7. The Catcher in the Rye by J. D. Salinger\n8. Jane Eyre by Charlotte Bronte\n"
+    "9. Brave New World by Aldous Huxley\n10. The Hobbit by J. R. R. Tolkien\n"
+    "11. Crime and Punishment by Fyodor Dostoevsky\n12. Wuthering Heights by Emily Bronte",
+    "capitals": "Copy this table of countries and their capitals, one per line:\nFrance - Paris\nGermany - Berlin\n"
+    "Italy - Rome\nSpain - Madrid\nPortugal - Lisbon\nNorway - Oslo\nSweden - Stockholm\nFinland - Helsinki\n"
+    "Poland - Warsaw\nAustria - Vienna\nGreece - Athens\nIreland - Dublin\nHungary - Budapest\n"
+    "Denmark - Copenhagen\nBelgium - Brussels\nCzechia - Prague\nRomania - Bucharest\nBulgaria - Sofia",
+    "packing": "I wrote this packing list for the camping trip. Repeat it back to me as a bulleted list:\n"
+    "* tent and tent pegs\n* two sleeping bags\n* inflatable mattress and pump\n* camping stove and gas\n"
+    "* pots, pans and a kettle\n* plates, cups and cutlery\n* torch with spare batteries\n* first aid kit\n"
+    "* sun cream and insect repellent\n* rain jackets\n* warm jumpers\n* walking boots\n* water bottles\n"
+    "* a map of the national park\n* playing cards",
+    "groceries": "Copy this shopping list for me, one item per line, exactly as written:\n"
+    "- 2 litres of semi-skimmed milk\n"
+    "- a loaf of wholemeal bread\n- 6 free-range eggs\n- 500 g of spaghetti\n- a jar of tomato sauce\n"
+    "- 1 kg of carrots\n- 3 red peppers\n- a bag of brown onions\n- 200 g of cheddar cheese\n"
+    "- a tub of Greek yoghurt\n- 4 chicken breasts\n- a bottle of olive oil\n- washing-up liquid\n"
+    "- 12 rolls of toilet paper\n- a box of green tea\n- ground coffee\n- bananas\n- 2 lemons",
+    "steps": "Please list these installation steps again, numbered, without changing anything:\n"
+    "1. Download the installer from the company website.\n2. Close all other programs before you start.\n"
+    "3. Double-click the installer and accept the licence agreement.\n"
+    "4. Choose the folder where the program will be installed.\n"
+    "5. Select the components you want, or keep the defaults.\n"
+    "6. Click Install and wait until the progress bar is full.\n7. Restart the computer when you are asked to.\n"
+    "8. Open the program and sign in with your account.\n9. Check for updates from the Help menu.",
 }
-"""The held-out workloads' requests: a list, a code edit, a JSON echo, quotes."""
+"""The held-out workloads' requests: a list, a code edit, a JSON echo, quotes, and five lists written as
+a new user would ask for a copy (2026-11-27; the model copies some exactly and rewrites others)."""
 
 
 def held_out_prompt(model: str, task: str) -> str:
@@ -249,8 +280,23 @@ class Native:
         llama_cpp.llama_free(ctx)
         return NativeRun(n_tokens / elapsed, prompt_tokens, output, per_token)
 
-    def close(self) -> None:
-        llama_cpp.llama_model_free(self.model)
+
+_NATIVE: dict[str, Native] = {}
+
+
+def native_greedy(path: str, prompt: str, n_tokens: int) -> tuple[float, list[int], list[int], float]:
+    """:meth:`Native.run` on the model at ``path`` (loaded once), as plain values: call it with
+    :func:`native_process.native`, which runs it in the reference's own process."""
+    if path not in _NATIVE:
+        _NATIVE[path] = Native(Path(path))
+    run = _NATIVE[path].run(prompt, n_tokens)
+    return run.tokens_per_s, run.prompt, run.output, run.per_token_s
+
+
+def native_reference(path: Path, prompt: str, n_tokens: int) -> NativeRun:
+    """A native greedy run in the reference's process (``native_process.py``: two OpenMP thread teams
+    in one process slow both sides)."""
+    return NativeRun(*native(native_greedy, str(path), prompt, n_tokens))
 
 
 # -- workloads -----------------------------------------------------------------------
@@ -266,7 +312,7 @@ def runs_text(values: list[float]) -> str:
 
 
 def measure(
-    name: str, prompts: list[str], nn: WasiNN, module: wasmtime.Module, native: Native | None, args: argparse.Namespace
+    name: str, prompts: list[str], nn: WasiNN, module: wasmtime.Module, reference: Path | None, args: argparse.Namespace
 ) -> list[str]:
     """Alternate plain and speculative runs of one workload; the report's lines."""
     plain_cfg: dict[str, object] = {"temp": 0, "ctx-size": N_CTX, "n-predict": args.tokens, "cache-prompt": False}
@@ -276,8 +322,8 @@ def measure(
     for r in range(args.runs):  # interleaved, the first arm alternating, so drift affects both alike
         for speculative in (False, True) if r % 2 == 0 else (True, False):
             arms[speculative].append(host_run(nn, module, prompts, spec_cfg if speculative else plain_cfg))
-        if native is not None:
-            native_runs.append(native.run(prompts[0], int(arms[False][-1].metas[0]["output_tokens"])))
+        if reference is not None:
+            native_runs.append(native_reference(reference, prompts[0], int(arms[False][-1].metas[0]["output_tokens"])))
     plain, spec = arms[False], arms[True]
     p, s = [run.tokens_per_s() for run in plain], [run.tokens_per_s() for run in spec]
     ratios = [b / a for a, b in zip(p, s)]
@@ -296,11 +342,14 @@ def measure(
     prompt_tokens = statistics.median(run.count("input_tokens") for run in plain)
     label, unit = (name, "tokens/s after the first token") if len(prompts) == 1 else ("8 guests", "aggregate tokens/s")
     target = f"target >= {TARGETS[name]}" if name not in HELD_OUT else f"target >= {CEILING_SHARE} of the ceiling"
+    walls = [a.wall_s / b.wall_s for a, b in zip(plain, spec)]
     lines = [
         f"{label}: {prompt_tokens:.0f} prompt tokens, {generated:.0f} generated ({unit}, median of {args.runs})",
         f"  plain          {pm:8.1f}  (runs: {runs_text(p)})",
         f"  speculative    {sm:8.1f}  (runs: {runs_text(s)})",
         f"  speculative/plain {sm / pm:6.2f}  (per-pair spread {min(ratios):.2f}-{max(ratios):.2f})  {target}",
+        f"  whole run, prompt and start included: plain/speculative wall time {statistics.median(walls):.2f} "
+        f"(spread {min(walls):.2f}-{max(walls):.2f})",
         f"  draft tokens {drafted:.0f}, accepted {accepted:.0f}"
         + (f" ({accepted / drafted * 100:.0f} %)" if drafted else "")
         + " per run (median)",
@@ -345,7 +394,6 @@ def main() -> int:
     path = real_model_path(args.model)
     nn = WasiNN(registry=ModelRegistry([f"{ALIAS}:GGML:AUTO:{path}"]))
     module = nn.load_module(GUEST)
-    native = Native(path)
     prompts = {
         "repeat": [repeat_prompt(args.model, PASSAGES[0])],
         "fresh": [FRESH[args.model]],
@@ -355,12 +403,11 @@ def main() -> int:
     # warm up: load the model, grow to 8 sequences if needed
     warm: dict[str, object] = {"temp": 0, "ctx-size": N_CTX, "n-predict": 4, "cache-prompt": False}
     host_run(nn, module, prompts["guests" if "guests" in workloads else "repeat"], warm)
-    native.run(prompts["repeat"][0], 4)
+    native_reference(path, prompts["repeat"][0], 4)
     sequences = nn.status()["models"][0]["sequences"]
     report: list[str] = []
     for name in workloads:
-        report += measure(name, prompts[name], nn, module, None if name == "guests" else native, args)
-    native.close()
+        report += measure(name, prompts[name], nn, module, None if name == "guests" else path, args)
     nn.registry.close()
     print(
         f"model: {path.name}; greedy, ctx-size {N_CTX}, cache-prompt false, n-predict {args.tokens}; "

@@ -9,7 +9,7 @@ Jinja), which takes several times as long as the bindings and is most of a short
 bindings do not define (``llama_cpp.Llama``) makes the package run its own ``__init__`` then, so code
 that imports ``llama_cpp`` later gets the whole package, a little later; a submodule
 (``from llama_cpp import mtmd_cpp``) is imported on its own.  If ``llama_cpp`` was imported before
-this module, it is used as it is.
+this module, it is used as it is.  Loading it sets how OpenMP's threads wait first (:mod:`.openmp`).
 
 Every module of the core that touches llama.cpp imports it from here, first.
 """
@@ -25,6 +25,8 @@ import sys
 import threading
 from types import ModuleType
 from typing import TYPE_CHECKING
+
+from . import openmp
 
 _lock = threading.RLock()
 
@@ -62,11 +64,13 @@ def _load() -> ModuleType:
             return loaded
         spec = importlib.util.find_spec("llama_cpp")
         if spec is None or spec.loader is None or spec.submodule_search_locations is None:
-            return importlib.import_module("llama_cpp")  # not a package as expected: the plain import
+            with openmp.configure():
+                return importlib.import_module("llama_cpp")  # not a package as expected: the plain import
         package = importlib.util.module_from_spec(spec)
         sys.modules["llama_cpp"] = package
         try:
-            bindings = importlib.import_module("llama_cpp.llama_cpp")
+            with openmp.configure():  # libgomp reads its settings when llama.cpp's libraries load it
+                bindings = importlib.import_module("llama_cpp.llama_cpp")
         except BaseException:
             del sys.modules["llama_cpp"]
             raise
