@@ -8,7 +8,9 @@
 #   3. wasinn info --json; the GPU tests (tests/gpu, pytest -m gpu) and the CPU-build checks beside them
 #   4. the benchmarks, GPU against native llama.cpp on the same GPU: single stream (bench_host.py),
 #      8/32/64 guests against batched decoding and prefix reuse (bench_concurrency.py), wasinn serve over
-#      a unix socket against in-process (bench_rpc.py), a model that does not fit (device_bench.py fit)
+#      a unix socket against in-process (bench_rpc.py), serving with default settings: computing once,
+#      prompt first, streaming, with the worker's phases per step (bench_serving.py), 7 streams while a
+#      long prompt arrives (bench_mixed_load.py), a model that does not fit (device_bench.py fit)
 #
 # Everything lands under $OUT (the device tool brings it back): on_device.log (all output),
 # figures.json (each step's seconds, exit status and output, the build time, the devices; rewritten after
@@ -68,6 +70,8 @@ if ((dry)); then
     sizes=(--tokens 8 --runs 1)
     concurrency=(--n 2,4 --prefix-tokens 64 --ttft-runs 1)
     fit_args=(--over 0.25 --n-parallel 4 --tokens 8)
+    serving=(--n 2 --runs 1 --tokens 8)
+    mixed=(--runs 1 --streams 2 --stream-tokens 16 --long-tokens 300)
     model_size=small
     build_limit=3600  # 2 shared cores: the CPU build takes 7 minutes alone, far longer under load
 else
@@ -78,6 +82,8 @@ else
     sizes=(--tokens 256 --runs 3 --threads 8)
     concurrency=(--n 1,8,32,64 --threads 8)
     fit_args=(--tokens 64)
+    serving=(--n 1,8,32,64 --runs 3 --threads 8)
+    mixed=(--runs 3 --threads 8)
     model_size=1b
     build_limit=540
     nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version --format=csv || true
@@ -117,6 +123,8 @@ step bench_single_stream 240 "$py" scripts/benchmarks/bench_host.py --model "$be
 step bench_concurrency 300 "$py" scripts/benchmarks/bench_concurrency.py --model "$bench/model.gguf" \
     "${concurrency[@]}" "${sizes[@]:0:2}"
 step bench_rpc 240 "$py" scripts/benchmarks/bench_rpc.py --model "$bench/model.gguf" --calls 500 "${sizes[@]}"
+step bench_serving 300 "$py" scripts/benchmarks/bench_serving.py --model "$bench/model.gguf" "${serving[@]}"
+step bench_mixed_load 240 "$py" scripts/benchmarks/bench_mixed_load.py "${mixed[@]}"
 step bench_does_not_fit 240 "$py" scripts/gpu/device_bench.py fit "$bench/model.gguf" "${fit_args[@]}"
 
 echo "on_device: done in $(($(date +%s) - started)) s; figures in $out/figures.json"

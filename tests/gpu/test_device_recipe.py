@@ -54,6 +54,8 @@ STEPS = [
     "bench_single_stream",
     "bench_concurrency",
     "bench_rpc",
+    "bench_serving",
+    "bench_mixed_load",
     "bench_does_not_fit",
 ]
 
@@ -98,6 +100,7 @@ def test_the_dry_run_installs_the_carried_wheels_without_an_index_and_runs_the_c
     fit = json.loads(steps["bench_does_not_fit"]["output"].strip().splitlines()[-1])
     assert fit["answered"] is True and fit["n_gpu_layers"] == 0, fit
     assert "ratio host/native" in steps["bench_single_stream"]["output"]
+    assert "one streaming guest / one guest computing" in steps["bench_serving"]["output"]
     assert "rpc" in steps["bench_rpc"]["output"]
     log = (tmp_path / "on_device.log").read_text()
     assert "== gpu_tests: exit 0" in log

@@ -13,6 +13,7 @@ import logging
 import threading
 from typing import Iterator
 
+from . import openmp
 from .bindings import llama_cpp
 
 llama_log = logging.getLogger("wasinn_host.llama")
@@ -63,5 +64,6 @@ def init_backend() -> None:
         if _initialised:
             return
         llama_cpp.llama_log_set(route_llama_log, ctypes.c_void_p(0))
-        llama_cpp.llama_backend_init()
+        with openmp.configure():  # a build that loads its CPU backend (and libgomp) only now
+            llama_cpp.llama_backend_init()
         _initialised = True

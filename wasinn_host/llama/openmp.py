@@ -14,7 +14,8 @@ model had computed, though that model was idle.
 default spin (300,000 spins, a few milliseconds, before an idle thread sleeps, so an idle host uses no
 CPU) and 1,000 spins at a barrier when oversubscribed, which keeps the second model's cost small
 (94-111 tokens/s in the measurement above).  libgomp reads them once, when it is loaded; they are
-removed from the environment again right after llama.cpp is loaded, so other OpenMP runtimes loaded
+removed from the environment again right after llama.cpp is loaded (and after its backend is initialised,
+for builds that load the CPU backend only then), so other OpenMP runtimes loaded
 later (Intel's, where ``active`` means spinning for ever) and child processes do not see them.  A user
 who set either variable, or a process where libgomp was loaded before, is left as it is.
 """
