@@ -46,7 +46,7 @@ def arm(model: str, tokens: int, runs: int) -> dict[str, list[float]]:
         second = write_random_model(Path(tmp) / "tiny.gguf", n_layer=2, n_embd=256, n_head=4, n_ff=512, n_vocab=32000)
         nn = WasiNN(registry=ModelRegistry([f"a:GGML:AUTO:{model_file(model)}", f"b:GGML:AUTO:{second}"]))
         module = nn.load_module(ROOT / "guest_examples" / "complete.wasm")
-        config = {"temp": 0, "n-predict": tokens, "ignore-eos": True, "cache-prompt": False}
+        config: dict[str, object] = {"temp": 0, "n-predict": tokens, "ignore-eos": True, "cache-prompt": False}
 
         def speed() -> float:
             return float(run_together(nn, module, "a", [PROMPT], config).metas[0]["tokens_per_second"])
