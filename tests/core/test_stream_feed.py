@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from wasinn_host.core.generation import StopReason
+from wasinn_host.core.generation import GenerationResult, StopReason
 from wasinn_host.core.scheduling.scheduler import ContextState, ModelWorker
 from wasinn_host.core.scheduling.stream_feed import StreamFeed
 from wasinn_host.guest.piece_queue import PieceQueue
@@ -132,3 +132,17 @@ def test_a_store_whose_stdout_is_behind_holds_back_its_own_compute_only(fake_mod
     assert b"".join(written).decode() == text(slow["result"]) == successor_text("a") + "</s>"
     queue.close()
     worker.close()
+
+
+def test_peek_shows_the_tokens_sampled_ahead_without_taking_them() -> None:
+    """What a remote client is sent ahead: tokens only, never the end, and nothing taken."""
+    feed = StreamFeed(8)
+    for token in (10, 11, 12):
+        feed.put(GenerationResult(generated=[token], stop_reason=StopReason.TOKEN))
+    feed.put(GenerationResult(generated=[2], stop_reason=StopReason.EOS))
+    assert [item.generated for item in feed.peek(2)] == [[10], [11]]
+    assert [item.generated for item in feed.peek(10)] == [[10], [11], [12]]  # the end is not a token to show
+    assert feed.backlog == 4
+    taken = [feed.take() for _ in range(4)]
+    assert [item.generated for item in taken if item is not None] == [[10], [11], [12], [2]]
+    assert feed.peek(10) == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pathlib
 import subprocess
 import sys
+import time
 from typing import Any
 
 import grpc
@@ -14,6 +15,7 @@ import pytest
 
 from wasinn_host import ModelRegistry, RunOptions, WasiNN
 from wasinn_host.core.errors import ErrorKind, WasiNNError
+from wasinn_host.core.inference import InferenceContext
 from wasinn_host.launch.runner import run_instances
 from wasinn_host.rpc.messages import SESSION_KEY, host, host_grpc, nn, nn_grpc
 from wasinn_host.rpc.server import NNServer
@@ -69,10 +71,27 @@ def _count_calls(monkeypatch: pytest.MonkeyPatch, calls: list[str], *methods: st
         monkeypatch.setattr(NNService, method, counted)
 
 
-def test_streaming_takes_one_round_trip_per_token(
-    registry: ModelRegistry, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+@pytest.fixture
+def stream_runs_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before the server sends the pieces of the tokens sampled ahead, its stream's job has sampled all
+    it will (paused ``LOOKAHEAD`` ahead, or ended): what a guest slower than the model meets, made exact."""
+    original = InferenceContext.ready_pieces
+
+    def after_the_job(self: InferenceContext, limit: int) -> list[bytes]:
+        feed = self._feed
+        while feed is not None and feed.running:
+            time.sleep(0.001)
+        return original(self, limit)
+
+    monkeypatch.setattr(InferenceContext, "ready_pieces", after_the_job)
+
+
+def test_streaming_takes_a_round_trip_per_tokens_not_yet_sampled(
+    registry: ModelRegistry, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, stream_runs_ahead: None
 ) -> None:
-    """Against wasinn serve, compute_single brings the piece along: no GetOutputSingle call."""
+    """Against wasinn serve, compute_single brings its piece along (no GetOutputSingle) and the pieces of
+    the tokens already sampled after it, which the next steps take with no call: 23 letters and the end
+    in 3 calls (1 + 16 ready, 1 + 5 ready, the end), each reporting the steps taken since the last."""
     calls: list[str] = []
     _count_calls(monkeypatch, calls, "ComputeSingle", "ComputeSingleOutput", "GetOutputSingle")
     srv = serve(registry, tmp_path / "nn.sock")
@@ -80,10 +99,36 @@ def test_streaming_takes_one_round_trip_per_token(
     try:
         with client.session("succ") as session:
             assert b"".join(session.stream("abc")) == b"defghijklmnopqrstuvwxyz"
-        assert calls == ["ComputeSingleOutput"] * 24  # 23 letters, then the end of the sequence
+        assert calls == ["ComputeSingleOutput"] * 3
     finally:
         client.close()
         srv.stop(1)
+
+
+def test_steps_taken_ahead_are_reported_before_any_other_call(
+    nn: WasiNN, remote: WasiNN, stream_runs_ahead: None
+) -> None:
+    """Metadata read in the middle of a stream, a stream ended early and the next one: over RPC, with
+    steps answered from pieces sent ahead, the same as in-process."""
+
+    def steps(host: WasiNN) -> list[object]:
+        seen: list[object] = []
+        with host.session("succ", {"temp": 0}) as session:
+            for i, piece in enumerate(session.stream("abc", max_tokens=6)):
+                seen.append(piece)
+                if i in (1, 4):
+                    meta = session.metadata
+                    seen.append((meta["input_tokens"], meta["output_tokens"]))
+            meta = session.metadata
+            seen.append((meta["input_tokens"], meta["output_tokens"]))
+            seen.append(b"".join(session.stream("uvw")))
+            seen.append(session.complete("abc"))
+        return seen
+
+    local = steps(nn)
+    assert local[:3] == [b"d", b"e", (4, 2)]  # BOS and three letters in, two tokens out
+    assert steps(remote) == local
+    assert steps(remote) == local
 
 
 def test_streaming_falls_back_to_two_calls(

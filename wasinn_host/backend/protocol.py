@@ -57,6 +57,10 @@ class BackendContext(Protocol):
     def end_stream(self) -> None:
         """End a stream and clear its output."""
 
+    def ready_pieces(self, limit: int) -> list[bytes]:
+        """The ``last_piece`` of up to ``limit`` next :meth:`stream_step` calls whose tokens are already
+        made, without taking them (none where the backend cannot tell)."""
+
     def metadata(self) -> dict[str, Any]:
         """Usage of the last computation (token counts, timings, stop reason ...)."""
 

@@ -11,6 +11,7 @@ them (an errno, a WIT error, a gRPC status) is its own business.
 
 from __future__ import annotations
 
+import copy
 import logging
 import marshal
 import time
@@ -431,6 +432,19 @@ class InferenceContext:
             self._feed = None
             self._joiner = None  # the last piece released whatever it held
         return result
+
+    def ready_pieces(self, limit: int) -> list[bytes]:
+        """What the next ``limit`` :meth:`stream_step` calls would put in ``last_piece``, for the tokens
+        the stream's job has already sampled (fewer when it has not, none outside a stream), without
+        taking them: a remote client answers those steps itself and reports them later."""
+        feed = self._feed
+        if not self.streaming or feed is None or limit <= 0:
+            return []
+        joiner = copy.copy(self._joiner) if self._joiner is not None else PieceJoiner()
+        return [
+            joiner.push(self.model.weights.piece(item.generated[-1]) if item.generated else b"")
+            for item in feed.peek(limit)
+        ]
 
     def end_stream(self) -> None:
         """End a stream: clear the output; the next step starts from the prompt."""

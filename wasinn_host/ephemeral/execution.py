@@ -119,6 +119,11 @@ class ExecutionContext:
             raise WasiNNError(ErrorKind.END_OF_SEQUENCE, "end of sequence")
         _raise_for_stop(result)
 
+    def ready_pieces(self, limit: int) -> list[bytes]:
+        """The pieces the next ``limit`` ``compute_single`` calls would give, for tokens already sampled
+        (see :meth:`.InferenceContext.ready_pieces`)."""
+        return self.inner.ready_pieces(limit)
+
     def fini_single(self) -> None:
         """End a stream: clear the output; the next ``compute_single`` starts from the prompt."""
         self.inner.end_stream()

@@ -14,6 +14,7 @@ Graphs with the same name and config share one server handle per backend.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import threading
@@ -33,6 +34,8 @@ from .targets import all_backend_targets
 
 log = logging.getLogger("wasinn_host")
 
+READY_AHEAD = 16
+"""Pieces of already sampled tokens a streaming step asks the server for beyond its own."""
 REFRESH_SECONDS = 30.0
 """How often DNS targets (a headless Service) are resolved again for new backends."""
 
@@ -54,6 +57,10 @@ class RemoteContext:
         self.last_used = time.monotonic()
         self.revision = 0
         self._cache: dict[str, tuple[int, bytes]] = {}
+        self._ready: collections.deque[bytes] = collections.deque()
+        """Pieces of the stream's next tokens the server had sampled at the last step (``ready``)."""
+        self._taken = 0
+        """Steps answered from ``_ready`` that the server has not made yet (it makes them first)."""
         self._future: Any = None
         self.closed = False
         self.stream_stdout = bool(graph.config.stopping.get("stream_stdout", False))
@@ -61,6 +68,7 @@ class RemoteContext:
         never prints for a client)."""
 
     def _set_input(self, index: int, data: bytes) -> None:
+        self._sync()
         tensor = nn.Tensor(dimensions=[len(data)], ty=U8, data=data)
         request = nn.SetInputRequest(resource_handle=self.handle, index=index, tensor=tensor)
         try:
@@ -69,6 +77,8 @@ class RemoteContext:
             self.revision += 1
 
     def _compute(self, method: str, rpc: Any = None, request: Any = None) -> Any:
+        if method != "ComputeSingleOutput":
+            self._sync()
         self.busy = True
         try:
             return self.endpoint.compute(
@@ -86,11 +96,21 @@ class RemoteContext:
     def _started(self, future: Any) -> None:
         self._future = future
 
+    def _sync(self) -> None:
+        """Before any other call of this context: the server makes the steps answered here (their tokens
+        are sampled already), so it is where the guest is; the pieces not used are forgotten."""
+        self._ready.clear()
+        taken, self._taken = self._taken, 0
+        if taken:
+            request = host.StepRequest(ctx_handle=self.handle, taken=taken, sync_only=True)
+            self._compute("ComputeSingleOutput", self.endpoint.host.ComputeSingleOutput, request)
+
     def _output(self, method: str, index: int) -> bytes:
         key = f"{method}:{index}"
         cached = self._cache.get(key)
         if cached is not None and cached[0] == self.revision:
             return cached[1]
+        self._sync()
         request = nn.GetOutputRequest(resource_handle=self.handle, index=index)
         data = bytes(self.endpoint.call(getattr(self.endpoint.context, method), request, method).data)
         self._cache[key] = (self.revision, data)
@@ -166,7 +186,15 @@ class RemoteContext:
         """``ComputeSingle``: one token, or the end of the sequence or of the context.
 
         A wasinn-host server answers ``ComputeSingleOutput`` with the token's piece too, so the
-        guest's ``get_output_single`` that follows costs no second round trip."""
+        guest's ``get_output_single`` that follows costs no second round trip, and with the pieces of
+        the tokens its stream has sampled beyond it: the steps that follow take those with no round
+        trip at all, and the next call to the server reports them."""
+        if self._ready:
+            self._taken += 1
+            self.revision += 1
+            self.last_used = time.monotonic()
+            self._cache["GetOutputSingle:0"] = (self.revision, self._ready.popleft())
+            return GenerationResult(stop_reason=StopReason.TOKEN)
         try:
             if self.endpoint.has_host and self.endpoint.has_step:
                 self._step_with_piece()
@@ -181,7 +209,8 @@ class RemoteContext:
         return GenerationResult(stop_reason=StopReason.TOKEN)
 
     def _step_with_piece(self) -> None:
-        request = host.StepRequest(ctx_handle=self.handle)
+        taken, self._taken = self._taken, 0
+        request = host.StepRequest(ctx_handle=self.handle, taken=taken, ahead=READY_AHEAD)
         try:
             result = self._compute("ComputeSingleOutput", self.endpoint.host.ComputeSingleOutput, request)
         except WasiNNError as err:
@@ -191,6 +220,11 @@ class RemoteContext:
             self._compute("ComputeSingle")
             return
         self._cache["GetOutputSingle:0"] = (self.revision, bytes(result.piece))
+        self._ready.extend(bytes(piece) for piece in result.ready)
+
+    def ready_pieces(self, limit: int) -> list[bytes]:
+        """None: a server in front of this one answers each step of its own clients through here."""
+        return []
 
     def end_stream(self) -> None:
         """``FiniSingle``."""

@@ -23,6 +23,7 @@ from ..backend.local import LocalBackend
 from ..core.config.keys import EMPTY_CONFIG
 from ..core.config.preload import Target
 from ..core.errors import ErrorKind, WasiNNError, invalid
+from ..core.scheduling.stream_feed import LOOKAHEAD
 from ..ephemeral.errno import errno_for
 from ..ephemeral.execution import METADATA_INDEX, ExecutionContext
 from ..ephemeral.handles import HandleTables
@@ -35,6 +36,8 @@ from .wire_errors import abort_with
 log = logging.getLogger("wasinn_host")
 
 T = TypeVar("T")
+MAX_AHEAD = LOOKAHEAD
+"""Most pieces one ``ComputeSingleOutput`` sends ahead (a stream's job samples no further ahead)."""
 _QUIET = (ErrorKind.END_OF_SEQUENCE,)
 
 
@@ -201,13 +204,20 @@ class NNService:
     # -- wasinn_host.rpc.v1.Host -----------------------------------------------
 
     def ComputeSingleOutput(self, request: Any, context: Any) -> Any:  # noqa: N802
-        """``compute_single`` and the new token's piece in one round trip (errors as ``ComputeSingle``)."""
+        """``compute_single`` and the new token's piece in one round trip (errors as ``ComputeSingle``),
+        after the ``taken`` steps the client answered from earlier ``ready`` pieces; with ``ahead``, the
+        pieces of up to that many tokens already sampled after it (:data:`MAX_AHEAD` at most)."""
 
         def body(state: HandleTables, lock: threading.Lock, session: str) -> Any:
             ctx = self._context(state, request.ctx_handle)
             self._cancel_if_gone(context, ctx)
+            for _ in range(min(request.taken, MAX_AHEAD)):
+                ctx.compute_single()  # tokens the client has shown its guest: already sampled, no wait
+            if request.sync_only:
+                return host.StepResult()
             ctx.compute_single()
-            return host.StepResult(piece=ctx.get_output_single(0))
+            ready = ctx.ready_pieces(min(request.ahead, MAX_AHEAD)) if request.ahead else []
+            return host.StepResult(piece=ctx.get_output_single(0), ready=ready)
 
         return self._run(context, "compute_single", body)
 

@@ -74,6 +74,17 @@ class StreamFeed:
                 self._cv.wait()
             return self._items.popleft() if self._items else None
 
+    def peek(self, limit: int) -> list[GenerationResult]:
+        """Up to ``limit`` of the next results already sampled, without taking them: tokens only (the
+        first that ends the stream, or carries an error, and those after it are left out)."""
+        with self._cv:
+            ready: list[GenerationResult] = []
+            for item in self._items:
+                if len(ready) >= limit or item.stop_reason is not StopReason.TOKEN or item.error is not None:
+                    break
+                ready.append(item)
+            return ready
+
     def end(self) -> None:
         """End the stream early: wait until the worker dropped the job (at once if it ended already)."""
         with self._cv:
