@@ -28,6 +28,13 @@ difference over 16 is what a draft token adds to a step), and the answer is repl
 drafting exactly the tokens that will be accepted (n-gram 3, ``draft-max`` 16); plain time over that
 time is the most any draft policy could gain there on this machine.
 
+Held-out workloads (``--workloads``): a to-do list, a code edit, a JSON echo, quotes, and five lists
+written as a new user would ask for a copy (books, packing, groceries, steps, capitals); nothing was
+tuned on them, and each is judged against its own ceiling (:data:`CEILING_SHARE`).  Every workload also
+prints plain/speculative of the whole run's wall time, the prompt's decode and the guest's start
+included (what a user timing the whole compute sees).  The native reference runs in a process of its own
+(``native_process.py``).
+
 Targets (speculative/plain): repeat >= 1.5, fresh >= 0.95, 8 guests >= 1.0.
 
 Usage: ``python scripts/benchmarks/bench_speculative.py [--model smollm2|gemma3] [--runs 5] [--tokens 160]
