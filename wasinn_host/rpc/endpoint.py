@@ -91,8 +91,15 @@ class Endpoint:
         except grpc.RpcError as exc:
             raise self._failure(exc, method) from None
 
-    def compute(self, rpc: Any, request: Any, method: str, started: Callable[[Any], None]) -> Any:
-        """A computing call, cancellable: ``started`` receives the call's future."""
+    def compute(self, rpc: Any, request: Any, method: str, started: Callable[[Any], None] | None) -> Any:
+        """A computing call, cancellable: ``started`` receives the call's future.  Without ``started``, a
+        call that cannot be cancelled, for one that waits for one step of the model at most: the blocking
+        form costs the client about 250 us of CPU where a future costs 400-470 (measured, unix socket)."""
+        if started is None:
+            try:
+                return rpc(request, metadata=self.metadata, timeout=self.options.compute_timeout)
+            except grpc.RpcError as exc:
+                raise self._failure(exc, method) from None
         future = rpc.future(request, metadata=self.metadata, timeout=self.options.compute_timeout)
         started(future)
         try:
