@@ -61,8 +61,6 @@ class RemoteContext:
         """Pieces of the stream's next tokens the server had sampled at the last step (``ready``)."""
         self._taken = 0
         """Steps answered from ``_ready`` that the server has not made yet (it makes them first)."""
-        self._mid_stream = False
-        """The last call of this context was a stream's step (the next one waits one model step at most)."""
         self._future: Any = None
         self.closed = False
         self.stream_stdout = bool(graph.config.stopping.get("stream_stdout", False))
@@ -102,11 +100,12 @@ class RemoteContext:
         """Before any other call of this context: the server makes the steps answered here (their tokens
         are sampled already), so it is where the guest is; the pieces not used are forgotten."""
         self._ready.clear()
-        self._mid_stream = False
         taken, self._taken = self._taken, 0
-        if taken:  # tokens already sampled: no wait for the model
+        if taken:  # tokens sampled already: no wait for the model, so a plain call (not a cancellable future)
+            revision = self.revision  # what the guest sees does not change
             request = host.StepRequest(ctx_handle=self.handle, taken=taken, sync_only=True)
             self._compute("ComputeSingleOutput", self.endpoint.host.ComputeSingleOutput, request, cancellable=False)
+            self.revision = revision
 
     def _output(self, method: str, index: int) -> bytes:
         key = f"{method}:{index}"
@@ -214,13 +213,8 @@ class RemoteContext:
     def _step_with_piece(self) -> None:
         taken, self._taken = self._taken, 0
         request = host.StepRequest(ctx_handle=self.handle, taken=taken, ahead=READY_AHEAD)
-        # a stream's first step decodes its prompt; a later one waits for one step of the model at most,
-        # so it is a plain call (a cancel takes effect at the guest's next call)
-        mid_stream, self._mid_stream = self._mid_stream, False
         try:
-            result = self._compute(
-                "ComputeSingleOutput", self.endpoint.host.ComputeSingleOutput, request, cancellable=not mid_stream
-            )
+            result = self._compute("ComputeSingleOutput", self.endpoint.host.ComputeSingleOutput, request)
         except WasiNNError as err:
             if err.kind is not ErrorKind.UNSUPPORTED:
                 raise
@@ -229,7 +223,6 @@ class RemoteContext:
             return
         self._cache["GetOutputSingle:0"] = (self.revision, bytes(result.piece))
         self._ready.extend(bytes(piece) for piece in result.ready)
-        self._mid_stream = True
 
     def ready_pieces(self, limit: int) -> list[bytes]:
         """None: a server in front of this one answers each step of its own clients through here."""

@@ -93,8 +93,8 @@ class Endpoint:
 
     def compute(self, rpc: Any, request: Any, method: str, started: Callable[[Any], None] | None) -> Any:
         """A computing call, cancellable: ``started`` receives the call's future.  Without ``started``, a
-        call that cannot be cancelled, for one that waits for one step of the model at most: the blocking
-        form costs the client about 250 us of CPU where a future costs 400-470 (measured, unix socket)."""
+        call that cannot be cancelled, for one that never waits for the model: the blocking form costs
+        the client about 250 us of CPU where a future costs 400-470 (measured, unix socket)."""
         if started is None:
             try:
                 return rpc(request, metadata=self.metadata, timeout=self.options.compute_timeout)
