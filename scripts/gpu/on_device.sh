@@ -3,8 +3,12 @@
 # carried (carry [".gpu/device"]; the command: scripts/gpu/on_device.sh). Nothing can be fetched there:
 #
 #   1. the carried wheels, and the project itself, installed without an index (pip --no-index --no-deps --target)
-#   2. llama-cpp-python 0.3.36 built from the carried sdist with -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90
-#      on every core (the image's scikit-build-core, CMake, ninja and nvcc; no build isolation)
+#   2. llama-cpp-python 0.3.36 for CUDA: the prebuilt package llama_cpp_cuda.tar.xz when the folder has one
+#      (scripts/gpu/build_cuda_wheel.sh built it off the device), unpacked into the same --target folder
+#      with LD_LIBRARY_PATH naming the image's CUDA runtime and cuBLAS (its Python's nvidia/cu13/lib), and
+#      checked to load with GPU offload; else, or if that check fails, or with WASINN_BUILD_ON_DEVICE=1,
+#      built from the carried sdist with -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90 on every core (the
+#      image's scikit-build-core, CMake, ninja and nvcc; no build isolation)
 #   3. wasinn info --json; the GPU tests (tests/gpu, pytest -m gpu) and the CPU-build checks beside them
 #   4. the benchmarks, GPU against native llama.cpp on the same GPU: single stream (bench_host.py),
 #      8/32/64 guests against batched decoding and prefix reuse (bench_concurrency.py), wasinn serve over
@@ -23,8 +27,10 @@
 #   scripts/gpu/on_device.sh --dry-run    here, without a GPU: a fresh Python 3.12 virtual environment
 #       with the packages the device's image has (fetched from the index: that is the image, not the
 #       recipe), the carried wheels installed exactly as on the device, llama-cpp-python built for the CPU
-#       from the carried sdist (cached in .gpu/dry-run by the sdist's hash), then steps 3 and 4 in small
-#       sizes. $OUT defaults to .gpu/out.
+#       from the carried sdist (or, where prepare_device.sh left it out beside the prebuilt CUDA package,
+#       the one it fetched into .gpu/cache; cached in .gpu/dry-run by the sdist's hash; the CUDA package
+#       cannot load without a GPU driver and is not used), then steps 3 and 4 in small sizes. $OUT
+#       defaults to .gpu/out.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -50,8 +56,12 @@ step() {
     return "$rc"
 }
 
-sdist=$(ls "$dir"/llama_cpp_python-*.tar.gz) || { echo "no sdist in $dir: run scripts/gpu/prepare_device.sh here first"; exit 2; }
+[[ -f $dir/MANIFEST ]] || { echo "no $dir/MANIFEST: run scripts/gpu/prepare_device.sh here first"; exit 2; }
+sdist=$(find "$dir" -maxdepth 1 -name 'llama_cpp_python-*.tar.gz' | head -1)
+prebuilt=$dir/llama_cpp_cuda.tar.xz
 if ((dry)); then
+    [[ -n $sdist ]] || sdist=$(find "$root/.gpu/cache" -maxdepth 1 -name 'llama_cpp_python-*.tar.gz' 2>/dev/null | head -1)
+    [[ -n $sdist ]] || { echo "on_device --dry-run: no sdist in $dir nor .gpu/cache"; exit 2; }
     # the device's Python: python3.12 on the PATH, else pyenv's (WASINN_DRY_RUN_PYTHON overrides)
     python=${WASINN_DRY_RUN_PYTHON:-}
     for candidate in python3.12 "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12; do
@@ -98,17 +108,46 @@ step install_wheels 120 "$py" -m pip install --no-index --no-deps --no-compile -
 step install_project 120 "$py" -m pip install --no-index --no-deps --no-build-isolation --no-compile --target "$site" .
 export PYTHONPATH=$root:$site
 
-# the build: cached by the sdist's hash and the CMake arguments (a fresh device has no cache)
-key=$(cat "$sdist" <(echo "$cmake_args") | sha256sum | cut -c1-16)
-wheel=$(ls "$cache/$key"/llama_cpp_python-*.whl 2>/dev/null | head -1)
-if [[ -z $wheel ]]; then
-    mkdir -p "$cache/$key"
-    step build_llama_cpp "$build_limit" env CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-        "$py" -m pip wheel --no-index --no-deps --no-build-isolation -w "$cache/$key" "$sdist"
-    wheel=$(ls "$cache/$key"/llama_cpp_python-*.whl 2>/dev/null | head -1)
+# the prebuilt CUDA package (scripts/gpu/build_cuda_wheel.sh): its libraries name no path to the CUDA
+# runtime and cuBLAS, which the image's Python has under nvidia/cu13/lib; the driver's libcuda.so.1 is the system's
+prebuilt_ok=0
+if ((!dry)) && [[ -f $prebuilt && -z ${WASINN_BUILD_ON_DEVICE:-} ]]; then
+    cuda_lib=$("$py" -c 'import pathlib, sys
+print(next((str(d) for d in (pathlib.Path(p or ".", "nvidia", "cu13", "lib") for p in sys.path)
+            if (d / "libcudart.so.13").exists()), ""))')
+    if [[ -n $cuda_lib ]]; then
+        export LD_LIBRARY_PATH=$cuda_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+        echo "on_device: LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    else
+        echo "on_device: no nvidia/cu13/lib/libcudart.so.13 on the Python's path; the loader's own search must find it"
+    fi
+    # shellcheck disable=SC2016  # the inner shell's arguments
+    step install_llama_cpp 120 bash -c 'tar -xJf "$1" -C "$2" && cat "$2"/llama_cpp_python-*.dist-info/WASINN_BUILD' \
+        install "$prebuilt" "$site" &&
+        step check_llama_cpp 120 "$py" -c 'import llama_cpp
+print("llama_cpp", llama_cpp.__version__, "from", llama_cpp.__file__, "gpu offload:", llama_cpp.llama_supports_gpu_offload())
+assert llama_cpp.llama_supports_gpu_offload(), "no GPU device: see ggml_cuda_init above"' &&
+        prebuilt_ok=1
+    if ((!prebuilt_ok)); then
+        echo "on_device: the prebuilt package does not load or finds no GPU; building from the sdist instead"
+        rm -rf "$site"/llama_cpp "$site"/llama_cpp_python-*.dist-info
+    fi
 fi
-[[ -n $wheel ]] || { echo "on_device: the llama-cpp-python build failed"; exit 3; }
-step install_llama_cpp 120 "$py" -m pip install --no-index --no-deps --no-compile --target "$site" "$wheel"
+
+# the build: cached by the sdist's hash and the CMake arguments (a fresh device has no cache)
+if ((!prebuilt_ok)); then
+    [[ -n $sdist ]] || { echo "on_device: no sdist in $dir to build from (prepare_device.sh left it out)"; exit 3; }
+    key=$(cat "$sdist" <(echo "$cmake_args") | sha256sum | cut -c1-16)
+    wheel=$(ls "$cache/$key"/llama_cpp_python-*.whl 2>/dev/null | head -1)
+    if [[ -z $wheel ]]; then
+        mkdir -p "$cache/$key"
+        step build_llama_cpp "$build_limit" env CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+            "$py" -m pip wheel --no-index --no-deps --no-build-isolation -w "$cache/$key" "$sdist"
+        wheel=$(ls "$cache/$key"/llama_cpp_python-*.whl 2>/dev/null | head -1)
+    fi
+    [[ -n $wheel ]] || { echo "on_device: the llama-cpp-python build failed"; exit 3; }
+    step install_llama_cpp 120 "$py" -m pip install --no-index --no-deps --no-compile --target "$site" "$wheel"
+fi
 
 step info 120 bash -c '"$1" -m wasinn_host info --json >"$2" && cat "$2"' info "$py" "$out/info.json"
 step gpu_tests 300 "$py" -m pytest -q -rs -p no:cacheprovider --junitxml="$out/gpu-tests.xml" \

@@ -6,7 +6,14 @@
 #             image does not have (scripts/gpu/device_image.txt), resolved by pip for that Python from
 #             pyproject.toml and the sdist's own requirements, whatever is installed here
 #             (scripts/gpu/device_wheels.py)
-#   llama_cpp_python-0.3.36.tar.gz   the pinned source distribution, slimmed (scripts/gpu/sdist.py), no patch
+#   llama_cpp_cuda.tar.xz   llama-cpp-python built here with CUDA for the device (sm_90, CUDA 13), when
+#             scripts/gpu/build_cuda_wheel.sh has made .gpu/cuda/llama_cpp_cuda.tar.xz (38.9 MiB):
+#             on_device.sh unpacks it instead of building there (WASINN_CUDA_PACKAGE names another
+#             file; empty: none)
+#   llama_cpp_python-0.3.36.tar.gz   the pinned source distribution, slimmed (scripts/gpu/sdist.py), no patch,
+#             which on_device.sh builds from when there is no prebuilt package or it does not load; beside
+#             the prebuilt package only if both fit in one call, left out, saying so, if not (they do not:
+#             38.9 + 8.8 MiB with the wheels' 19.4 and the tracked files' 4.1)
 #   MANIFEST  what is there, with sizes and sha256
 #
 # A device call carries the working tree and the carried paths, 64 MiB in all: the script fails when the
@@ -17,19 +24,31 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 dir=${1:-.gpu/device}
 python_version=${WASINN_DEVICE_PYTHON:-3.12}
+cuda_package=${WASINN_CUDA_PACKAGE-.gpu/cuda/llama_cpp_cuda.tar.xz}
 limit=$((64 << 20))
+tree=$(git ls-files -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
 
 sdist=$(python3 scripts/gpu/sdist.py fetch .gpu/cache)
 rm -rf "$dir" && mkdir -p "$dir/wheels"
 python3 scripts/gpu/device_wheels.py "$sdist" "$dir/wheels" --python-version "$python_version"
 python3 scripts/gpu/sdist.py slim "$sdist" "$dir/$(basename "$sdist")"
+if [[ -n $cuda_package && -f $cuda_package ]]; then
+    cp "$cuda_package" "$dir/llama_cpp_cuda.tar.xz"
+    echo "prepare_device: carrying the prebuilt CUDA package $cuda_package (scripts/gpu/build_cuda_wheel.sh)"
+    if (($(du -sb "$dir" | cut -f1) + tree >= limit)); then
+        rm "$dir/$(basename "$sdist")"
+        echo "prepare_device: the sdist left out (with it a call would carry over $(mib "$limit")):" \
+            "on_device.sh cannot fall back to building there"
+    fi
+else
+    echo "prepare_device: no prebuilt CUDA package ($cuda_package): on_device.sh builds from the sdist there"
+fi
 
 (cd "$dir" && find . -type f ! -name MANIFEST -printf '%s %p\n' | sort -k2 | while read -r size path; do
     echo "$size $(sha256sum "$path" | cut -c1-64) ${path#./}"
 done) >"$dir/MANIFEST"
 folder=$(du -sb "$dir" | cut -f1)
-tree=$(git ls-files -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
-mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
 cat "$dir/MANIFEST"
 echo "prepare_device: $dir holds $(mib "$folder"); with the tracked files ($(mib "$tree")) a call carries $(mib $((folder + tree))) of $(mib "$limit")"
 if ((folder + tree >= limit)); then
