@@ -80,7 +80,7 @@ if ((dry)); then
     sizes=(--tokens 8 --runs 1)
     concurrency=(--n 2,4 --prefix-tokens 64 --ttft-runs 1)
     fit_args=(--over 0.25 --n-parallel 4 --tokens 8)
-    serving=(--n 2 --runs 1 --tokens 8)
+    serving=(--n 1,2 --runs 1 --tokens 8)
     mixed=(--runs 1 --streams 2 --stream-tokens 16 --long-tokens 300)
     model_size=small
     build_limit=3600  # 2 shared cores: the CPU build takes 7 minutes alone, far longer under load
