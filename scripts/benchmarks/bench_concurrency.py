@@ -67,6 +67,7 @@ from peak_rss import PeakRss, rss_bytes
 
 from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.core.scheduling.scheduler import ModelWorker
+from wasinn_host.llama import cpu_probe
 from wasinn_host.llama.log import init_backend
 from wasinn_host.testing.gguf_models import write_random_model
 from wasinn_host.testing.real_models import model_file
@@ -166,6 +167,7 @@ class NativeModel:
 
 def native_load(path: Path) -> NativeModel:
     init_backend()
+    cpu_probe.prepare_for_file(path)  # the host's safe CPU layouts (AMX off where it crashes)
     model = llama_cpp.llama_model_load_from_file(str(path).encode(), llama_cpp.llama_model_default_params())
     if not model:
         raise SystemExit(f"llama.cpp could not load {path}")

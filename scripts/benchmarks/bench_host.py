@@ -40,6 +40,7 @@ from native_process import native
 from wasinn_host import ModelRegistry, RunOptions, WasiNN
 from wasinn_host.core.config.keys import EMPTY_CONFIG
 from wasinn_host.ephemeral.execution import ExecutionContext
+from wasinn_host.llama import cpu_probe
 from wasinn_host.llama.json_schema import schema_to_grammar
 from wasinn_host.testing.gguf_models import write_random_model, write_successor_model
 from wasinn_host.testing.real_models import model_file
@@ -55,6 +56,7 @@ def native_tokens_per_s(
     """Greedy generation of ``n_tokens`` after ``prompt`` with a raw llama_decode loop (with ``grammar``:
     a grammar-first chain, stopping at end of generation, timed after the prompt)."""
     llama_cpp.llama_backend_init()
+    cpu_probe.prepare_for_file(model_path)  # the host's safe CPU layouts (AMX off where it crashes)
     mparams = llama_cpp.llama_model_default_params()
     model = llama_cpp.llama_model_load_from_file(str(model_path).encode(), mparams)
     vocab = llama_cpp.llama_model_get_vocab(model)

@@ -59,6 +59,7 @@ from native_process import native
 
 from wasinn_host import ModelRegistry, WasiNN
 from wasinn_host.core.scheduling.ngram_drafts import DraftSettings, NgramDrafter
+from wasinn_host.llama import cpu_probe
 from wasinn_host.llama.log import init_backend
 from wasinn_host.llama.model import default_threads
 from wasinn_host.testing.real_models import real_model_path
@@ -235,6 +236,7 @@ class Native:
 
     def __init__(self, path: Path) -> None:
         init_backend()
+        cpu_probe.prepare_for_file(path)  # the host's safe CPU layouts (AMX off where it crashes)
         self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), llama_cpp.llama_model_default_params())
         if not self.model:
             raise SystemExit(f"llama.cpp could not load {path}")

@@ -2,8 +2,9 @@
 
 Versions (wasinn-host, llama-cpp-python, the linked llama.cpp commit and its release tag, ggml,
 wasmtime), the ggml backends compiled in (CPU, CUDA, Metal, Vulkan ...), every device with its
-free and total memory, and whether layers can be offloaded to a GPU; as text, or as one JSON
-object with ``--json``.  A llama.cpp that cannot be loaded is one error line and exit code 2.
+free and total memory, whether layers can be offloaded to a GPU, and which of llama.cpp's extra CPU
+weight layouts are in use (AMX turned off where the CPU probe found it crashes, :mod:`..llama.cpu_probe`);
+as text, or as one JSON object with ``--json``.  A llama.cpp that cannot be loaded is one error line and exit code 2.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import sys
 from typing import Any
 
 from .. import __version__
+from ..core.errors import WasiNNError
+from ..llama.cpu_probe import POLICY_ENV
 from .options import fail
 
 INFO_EPILOG = """\
@@ -42,7 +45,7 @@ def collect_info() -> dict[str, Any]:
     """Everything ``wasinn info`` reports, JSON-ready."""
     import llama_cpp
 
-    from ..llama import devices
+    from ..llama import cpu_probe, devices
     from ..llama.log import init_backend
     from ..llama.offload import GPU_BUILD_HINT
     from ..llama.version import LLAMA_BUILD_NUMBER, LLAMA_COMMIT
@@ -68,6 +71,7 @@ def collect_info() -> dict[str, Any]:
         ],
         "gpu_offload": offload,
         "multimodal": _has_libmtmd(),
+        "cpu_layouts": cpu_probe.current().as_json(),
         "system_info": (llama_cpp.llama_print_system_info() or b"").decode("utf-8", "replace").strip(),
     }
     if not offload:
@@ -83,6 +87,17 @@ def _has_libmtmd() -> bool:
         return bool(mtmd_cpp.mtmd_default_marker())
     except (ImportError, OSError, AttributeError):
         return False
+
+
+def _layouts_text(verdict: dict[str, Any]) -> str:
+    """llama.cpp's extra CPU weight layouts: those in use, those turned off and why."""
+    used = [n for n in verdict["available"] if n not in verdict["disabled"]]
+    text = ", ".join(used) or "none"
+    if verdict["disabled"]:
+        text += f"; {' and '.join(verdict['disabled'])} off: {verdict['reason']}"
+    elif verdict["source"] != "none":
+        text += f" ({verdict['reason']})"
+    return text + f" [{POLICY_ENV}=on|off forces AMX]" if verdict["available"] else text
 
 
 def _gib(n: int) -> str:
@@ -113,6 +128,7 @@ def format_text(info: dict[str, Any]) -> str:
         lines.append("GPU offload       no: this build runs on the CPU only")
         lines.append(f"                  to use a GPU, {info['gpu_hint']}")
     lines.append(f"multimodal        {'yes (libmtmd)' if info['multimodal'] else 'no: libmtmd is missing'}")
+    lines.append(f"CPU layouts       {_layouts_text(info['cpu_layouts'])}")
     lines.append(f"system info       {info['system_info']}")
     return "\n".join(lines)
 
@@ -123,6 +139,8 @@ def info_command(ns: argparse.Namespace) -> int:
         info = collect_info()
     except (ImportError, OSError, AttributeError) as exc:
         return fail(f"cannot load llama.cpp through llama-cpp-python: {type(exc).__name__}: {exc}")
+    except WasiNNError as exc:
+        return fail(str(exc))
     print(json.dumps(info, indent=2) if ns.json else format_text(info))
     sys.stdout.flush()
     return 0

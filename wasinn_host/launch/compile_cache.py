@@ -23,17 +23,13 @@ from typing import Callable, TypeVar, Union
 import wasmtime
 import wasmtime.component
 
+from ..core.cache_dir import default_cache_dir
+
 log = logging.getLogger("wasinn_host")
 
 Compiled = Union[wasmtime.Module, wasmtime.component.Component]
 C = TypeVar("C", wasmtime.Module, wasmtime.component.Component)
 DIGEST = 32
-
-
-def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/wasinn``, else ``~/.cache/wasinn``."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "wasinn"
 
 
 def wasmtime_version() -> str:

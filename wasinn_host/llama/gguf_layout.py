@@ -41,6 +41,8 @@ class GgufLayout:
     """The embedding bytes counted in ``output_bytes`` as well when the output matrix is tied."""
     has_classifier: bool = False
     """A classification head (``cls.*`` tensors): what rank pooling (a reranker) scores with."""
+    weight_types: frozenset[int] = frozenset()
+    """The ggml types of its tensors (quantized ones may go into llama.cpp's extra CPU layouts)."""
 
     @property
     def architecture(self) -> str:
@@ -130,11 +132,14 @@ def _parse(r: _Reader, type_size: TypeSize) -> GgufLayout:
     layers: dict[int, int] = {}
     output = other = embedding = 0
     has_output_matrix = has_classifier = False
+    types: set[int] = set()
     for _ in range(n_tensors):
         name = r.string()
         has_classifier = has_classifier or name.startswith("cls.")
         dims = [r.unpack("<Q") for _ in range(r.unpack("<I"))]
-        block, block_bytes = type_size(r.unpack("<I"))
+        ggml_type = r.unpack("<I")
+        types.add(ggml_type)
+        block, block_bytes = type_size(ggml_type)
         r.unpack("<Q")  # offset
         elements = 1
         for d in dims:
@@ -151,4 +156,4 @@ def _parse(r: _Reader, type_size: TypeSize) -> GgufLayout:
             if name == "token_embd.weight":
                 embedding = size
     tied = 0 if has_output_matrix else embedding  # llama.cpp puts a copy on the output layer's device
-    return GgufLayout(metadata, layers, output + tied, other, tied, has_classifier)
+    return GgufLayout(metadata, layers, output + tied, other, tied, has_classifier, frozenset(types))

@@ -14,9 +14,9 @@ from ..core.config.kv_types import GGML_TYPES
 from ..core.config.params import POOLING_RANK, ModelParams, SamplingParams
 from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.runtime import DEFAULT_SEQUENCES, MAX_DEFAULT_CTX
-from . import devices
+from . import cpu_probe, devices
 from .bindings import llama_cpp
-from .gguf_layout import read_layout
+from .gguf_layout import GgufLayout, read_layout
 from .load_errors import load_failure_cause
 from .log import capture_llama_log, init_backend, route_llama_log
 from .offload import ModelSizes, choose_gpu_layers, fit_gpu_layers
@@ -87,7 +87,13 @@ class LlamaModel:
     def __init__(self, path: Path, params: ModelParams) -> None:
         init_backend()
         self.path = path
-        if params.pooling_type == POOLING_RANK and not read_layout(path, devices.type_size).has_classifier:
+        try:
+            layout: GgufLayout | None = read_layout(path, devices.type_size)
+        except WasiNNError:
+            layout = None  # not a GGUF file llama.cpp can read either: its own load explains why below
+        if layout is not None:
+            cpu_probe.prepare(layout.weight_types)  # llama.cpp's extra CPU layouts, checked before weights go in
+        if params.pooling_type == POOLING_RANK and (layout is None or not layout.has_classifier):
             raise WasiNNError(
                 ErrorKind.INVALID_ARGUMENT,
                 f"model file {path.name!r} has no classification head (cls.* tensors), so it cannot rerank: "

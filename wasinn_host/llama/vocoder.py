@@ -19,6 +19,7 @@ import numpy as np
 
 from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.tts.audio import FRAME_WIDTH
+from . import cpu_probe
 from .bindings import llama_cpp
 from .load_errors import load_failure_cause
 from .log import capture_llama_log
@@ -41,6 +42,7 @@ class Vocoder:
         self.path = path
         self.threads = threads
         self.max_codes = max_codes
+        cpu_probe.prepare_for_file(path)
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         with capture_llama_log() as lines:

@@ -373,6 +373,9 @@ def eval_gguf(
     if _LOG_CALLBACK is None:  # keep a reference: llama.cpp calls it long after this returns
         _LOG_CALLBACK = llama_cpp.llama_log_callback(lambda *_: None)
         llama_cpp.llama_log_set(_LOG_CALLBACK, None)
+    from ..llama import cpu_probe
+
+    cpu_probe.prepare_for_file(model_path)  # a quantized copy must not meet a crashing CPU layout
     llm = llama_cpp.Llama(
         model_path=str(model_path),
         n_ctx=CONTEXT_LENGTH,

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..llama import cpu_probe
 from ..llama.bindings import llama_cpp
 from ..llama.log import init_backend
 from .numerics import Step, step_of
@@ -29,6 +30,7 @@ class NativeModel:
 
     def __init__(self, path: str | Path, threads: int = 2) -> None:
         init_backend()
+        cpu_probe.prepare_for_file(path)  # as the host: no extra CPU layout that kills the process
         self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), llama_cpp.llama_model_default_params())
         if not self.model:
             raise RuntimeError(f"llama.cpp could not load {path}")
