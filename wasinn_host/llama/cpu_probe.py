@@ -303,8 +303,6 @@ def _probe_main(without: list[str]) -> int:
 
 def _decode(lc: Any, path: str, extra: bool) -> list[float] | None:
     """Load ``path`` on the CPU (with or without the extra layouts), decode one batch, the last row's logits."""
-    from .model import default_threads
-
     mparams = lc.llama_model_default_params()
     mparams.n_gpu_layers = 0
     mparams.use_extra_bufts = extra
@@ -313,7 +311,7 @@ def _decode(lc: Any, path: str, extra: bool) -> list[float] | None:
         return None
     cparams = lc.llama_context_default_params()
     cparams.n_ctx = cparams.n_batch = cparams.n_ubatch = 2 * PROBE_TOKENS
-    cparams.n_threads = cparams.n_threads_batch = default_threads()
+    cparams.n_threads = cparams.n_threads_batch = _cores()  # all of them: the crash was on a worker thread
     ctx = lc.llama_init_from_model(model, cparams)
     batch = lc.llama_batch_init(PROBE_TOKENS, 0, 1)
     try:
@@ -331,6 +329,11 @@ def _decode(lc: Any, path: str, extra: bool) -> list[float] | None:
         lc.llama_batch_free(batch)
         lc.llama_free(ctx)
         lc.llama_model_free(model)
+
+
+def _cores() -> int:
+    affinity = getattr(os, "sched_getaffinity", None)  # Linux; elsewhere every core
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
 if __name__ == "__main__":
