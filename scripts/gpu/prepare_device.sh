@@ -41,10 +41,10 @@ python3 scripts/gpu/device_wheels.py "$sdist" "$dir/wheels" --python-version "$p
 python3 scripts/gpu/sdist.py slim "$sdist" "$dir/$(basename "$sdist")"
 if [[ -n $cuda_package && -f $cuda_package ]]; then
     cp "$cuda_package" "$dir/llama_cpp_cuda.tar.xz"
-    echo "prepare_device: carrying the prebuilt CUDA package $cuda_package (scripts/gpu/build_cuda_wheel.sh)"
+    echo "prepare_device: adding the prebuilt CUDA package $cuda_package (scripts/gpu/build_cuda_wheel.sh)"
     if ((limit && $(du -sb "$dir" | cut -f1) + tree >= limit)); then
         rm "$dir/$(basename "$sdist")"
-        echo "prepare_device: the sdist left out (with it a call would carry over $(mib "$limit")):" \
+        echo "prepare_device: the sdist left out (with it the folder would pass the $(mib "$limit") limit):" \
             "on_device.sh cannot fall back to building there (WASINN_DEVICE_LIMIT_MIB=0 keeps it)"
     fi
 else
