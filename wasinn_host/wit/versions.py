@@ -11,9 +11,10 @@ Their ``tensor`` and ``graph`` interfaces are the same; two things differ:
 * ``errors``: 2024-06-25 also lets a guest construct an ``error(code, data)``.
 
 Every version is defined on the same host resources and functions (:mod:`.imports`): a component
-gets the same models, batches and answers whichever one it was built against.  A prerelease version
-links only to exactly itself, so a component built for another ``wasi:nn`` version fails to
-instantiate; :func:`unserved_message` says why in one line.
+gets the same models, batches and answers whichever one it was built against.  A component built for
+another ``wasi:nn`` version fails to instantiate with wasmtime's account of a definition it could not
+match (as 08-19 components did before they were served: "instance export `tensor` has the wrong
+type"); :func:`unserved_message` says why in one line.
 """
 
 from __future__ import annotations
