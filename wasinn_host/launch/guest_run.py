@@ -147,7 +147,10 @@ def _run_component(host: LinkingHost, store: wasmtime.Store, component: wasmtime
     try:
         instance = host.component_linker().instantiate(store, component)
     except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
-        raise GuestError(f"cannot instantiate the component: {first_line(exc)}") from None
+        from ..wit.versions import unserved_message  # only here: the wit package loads on first use
+
+        unserved = unserved_message(component.type.imports(host.engine))
+        raise GuestError(f"cannot instantiate the component: {unserved or first_line(exc)}") from None
     interface = instance.get_export_index(store, RUN_INTERFACE)
     index = instance.get_export_index(store, "run", interface) if interface is not None else None
     run = instance.get_func(store, index) if index is not None else None

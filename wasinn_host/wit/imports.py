@@ -1,4 +1,5 @@
-"""The ``wasi:nn@0.2.0-rc-2024-10-28`` imports (graph, tensor, inference, errors) on a component Linker.
+"""The ``wasi:nn`` imports (graph, tensor, inference, errors) on a component Linker, in every version
+:mod:`.versions` lists (0.2.0-rc-2024-10-28, 08-19 and 06-25) on the same functions.
 
 Steps of every call:
 
@@ -12,6 +13,11 @@ This is the one place that turns a :class:`WasiNNError` into a WIT ``error`` (th
 :func:`~wasinn_host.wit.error_code.error_code_for`) and one log line, whose text is also what
 ``error.data()`` returns.  The backend is the same one the ``wasi_ephemeral_nn`` imports use, so
 components and core modules share models and decode in the same batches.
+
+The older versions' ``set-input(name, tensor)`` keeps the tensor on the execution context,
+``compute()`` runs what 2024-10-28's ``compute(inputs)`` runs on the tensors set (and consumes them),
+and ``get-output(name)`` returns one of the tensors that compute answered with (``output``,
+``metadata``), the same answer in two steps.
 """
 
 from __future__ import annotations
@@ -38,14 +44,9 @@ from .llm_mapping import answer_tensors, read_request
 from .ready_pollable import ReadyPollables
 from .store_state import CONTEXT, CONTEXT_STREAM, ERROR, GRAPH, GRAPH_STREAM, TENSOR, TENSOR_STREAM, ComponentState
 from .tensors import HostTensor
+from .versions import SERVED
 
 log = logging.getLogger("wasinn_host")
-
-VERSION = "0.2.0-rc-2024-10-28"
-TENSOR_INTERFACE = f"wasi:nn/tensor@{VERSION}"
-ERRORS_INTERFACE = f"wasi:nn/errors@{VERSION}"
-INFERENCE_INTERFACE = f"wasi:nn/inference@{VERSION}"
-GRAPH_INTERFACE = f"wasi:nn/graph@{VERSION}"
 
 RESOURCE_TYPES = {
     TENSOR: 0x776E6E01,
@@ -56,7 +57,8 @@ RESOURCE_TYPES = {
     CONTEXT_STREAM: 0x776E6E06,
     GRAPH_STREAM: 0x776E6E07,
 }
-"""The host resource type id of each resource (arbitrary, distinct numbers)."""
+"""The host resource type id of each resource (arbitrary, distinct numbers; the same in every
+``wasi:nn`` version)."""
 
 ENCODINGS = ("ggml", "autodetect")
 """``graph-encoding`` cases ``load`` accepts (GGUF bytes)."""
@@ -139,7 +141,8 @@ class WitNNImports:
     # -- registration --------------------------------------------------------------
 
     def add_to_linker(self, linker: cm.Linker) -> None:
-        """Define the four ``wasi:nn`` interfaces on ``linker`` (usable with many Stores)."""
+        """Define the four ``wasi:nn`` interfaces of every served version on ``linker`` (usable with many
+        Stores)."""
 
         def add_fast_func(instance: cm.LinkerInstance, name: str, func: Callable[..., Any]) -> None:
             if self.fast_lists:
@@ -147,33 +150,40 @@ class WitNNImports:
             else:
                 instance.add_func(name, func)
 
+        compute = self.result("compute", self.compute, tagged=False)
+        set_input = self.result("set-input", self.set_input, tagged=False)
+        compute_set_inputs = self.result("compute", self.compute_set_inputs, tagged=False)
+        get_output = self.result("get-output", self.get_output)
+        init_execution_context = self.result("init-execution-context", self.init_execution_context)
+        load = self.result("load", self.load)
+        load_by_name = self.result("load-by-name", self.load_by_name)
         with linker.root() as root:
-            with root.add_instance(TENSOR_INTERFACE) as tensor:
-                self.resource(tensor, TENSOR)
-                add_fast_func(tensor, "[constructor]tensor", self.tensor_new)
-                add_fast_func(tensor, "[method]tensor.dimensions", self.tensor_dimensions)
-                add_fast_func(tensor, "[method]tensor.ty", self.tensor_ty)
-                add_fast_func(tensor, "[method]tensor.data", self.tensor_data)
-            with root.add_instance(ERRORS_INTERFACE) as errors:
-                self.resource(errors, ERROR)
-                add_fast_func(errors, "[method]error.code", self.error_code)
-                add_fast_func(errors, "[method]error.data", self.error_data)
-            with root.add_instance(INFERENCE_INTERFACE) as inference:
-                self.resource(inference, CONTEXT)
-                add_fast_func(
-                    inference,
-                    "[method]graph-execution-context.compute",
-                    self.result("compute", self.compute, tagged=False),
-                )
-            with root.add_instance(GRAPH_INTERFACE) as graph:
-                self.resource(graph, GRAPH)
-                add_fast_func(
-                    graph,
-                    "[method]graph.init-execution-context",
-                    self.result("init-execution-context", self.init_execution_context),
-                )
-                add_fast_func(graph, "load", self.result("load", self.load))
-                add_fast_func(graph, "load-by-name", self.result("load-by-name", self.load_by_name))
+            for wit in SERVED:
+                with root.add_instance(wit.interface("tensor")) as tensor:
+                    self.resource(tensor, TENSOR)
+                    add_fast_func(tensor, "[constructor]tensor", self.tensor_new)
+                    add_fast_func(tensor, "[method]tensor.dimensions", self.tensor_dimensions)
+                    add_fast_func(tensor, "[method]tensor.ty", self.tensor_ty)
+                    add_fast_func(tensor, "[method]tensor.data", self.tensor_data)
+                with root.add_instance(wit.interface("errors")) as errors:
+                    self.resource(errors, ERROR)
+                    if wit.error_constructor:
+                        add_fast_func(errors, "[constructor]error", self.error_new)
+                    add_fast_func(errors, "[method]error.code", self.error_code)
+                    add_fast_func(errors, "[method]error.data", self.error_data)
+                with root.add_instance(wit.interface("inference")) as inference:
+                    self.resource(inference, CONTEXT)
+                    if wit.set_input:
+                        add_fast_func(inference, "[method]graph-execution-context.set-input", set_input)
+                        add_fast_func(inference, "[method]graph-execution-context.compute", compute_set_inputs)
+                        add_fast_func(inference, "[method]graph-execution-context.get-output", get_output)
+                    else:
+                        add_fast_func(inference, "[method]graph-execution-context.compute", compute)
+                with root.add_instance(wit.interface("graph")) as graph:
+                    self.resource(graph, GRAPH)
+                    add_fast_func(graph, "[method]graph.init-execution-context", init_execution_context)
+                    add_fast_func(graph, "load", load)
+                    add_fast_func(graph, "load-by-name", load_by_name)
             HayrideStreams(self).add_to(root, add_fast_func)
         if self._pollables is None or self._pollables.engine is not linker.engine:
             self._pollables = ReadyPollables(linker.engine)
@@ -242,6 +252,10 @@ class WitNNImports:
         return self.state(store).tensor(_rep(store, handle)).data
 
     # -- errors --------------------------------------------------------------------
+
+    def error_new(self, store: Storelike, code: str, data: str) -> cm.ResourceHost:
+        """``[constructor]error(code, data)`` (0.2.0-rc-2024-06-25 only): an error the guest made."""
+        return _own(ERROR, self.state(store).add_error(ErrorCode(code), data))
 
     def error_code(self, store: Storelike, handle: cm.ResourceAny) -> str:
         """``[method]error.code()``."""
@@ -313,14 +327,40 @@ class WitNNImports:
         ``stop_reason`` says ``context full``.
         """
         tensors = self.take_inputs(state, inputs)
+        answer = self.infer(state, context_rep, tensors)
+        return [(name, _own(TENSOR, state.add_tensor(tensor))) for name, tensor in answer]
+
+    def infer(
+        self, state: ComponentState, context_rep: int, tensors: list[tuple[str, HostTensor]]
+    ) -> list[tuple[str, HostTensor]]:
+        """The answer of the context ``context_rep`` to the request ``tensors`` carry (every version's
+        compute)."""
         context = state.context(context_rep)
         request = read_request(tensors, self.limits)
         if request.config is not None:
             context.configure(request.config)
         context.set_prompt(request.prompt)
         context.generate(stdout=state.stdout)
-        answer = answer_tensors(request, bytes(context.output), context.embedding, metadata_json(context.metadata()))
-        return [(name, _own(TENSOR, state.add_tensor(tensor))) for name, tensor in answer]
+        return answer_tensors(request, bytes(context.output), context.embedding, metadata_json(context.metadata()))
+
+    def set_input(self, state: ComponentState, context_rep: int, name: str, tensor_rep: int) -> None:
+        """``[method]graph-execution-context.set-input(name, tensor)`` (08-19, 06-25): the tensor (the
+        guest's to give) waits on the context for its ``compute()``; a second one of a name replaces
+        the first."""
+        tensor = state.tensors.pop(tensor_rep, None)
+        if tensor is None:
+            raise invalid(f"input tensor {name!r} does not exist in this store")
+        state.set_input(context_rep, name, tensor)
+
+    def compute_set_inputs(self, state: ComponentState, context_rep: int) -> None:
+        """``[method]graph-execution-context.compute()`` (08-19, 06-25): :meth:`infer` on the tensors
+        ``set-input`` gave (consumed whether or not it succeeds); the answer waits for ``get-output``."""
+        state.keep_outputs(context_rep, self.infer(state, context_rep, state.take_set_inputs(context_rep)))
+
+    def get_output(self, state: ComponentState, context_rep: int, name: str) -> cm.ResourceHost:
+        """``[method]graph-execution-context.get-output(name)`` (08-19, 06-25): a new tensor holding
+        the output ``name`` of the last ``compute()``."""
+        return _own(TENSOR, state.add_tensor(state.output(context_rep, name)))
 
     @staticmethod
     def take_inputs(state: ComponentState, inputs: list[tuple[str, int]]) -> list[tuple[str, HostTensor]]:

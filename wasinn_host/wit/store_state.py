@@ -3,6 +3,8 @@
 A resource crosses the boundary as its ``rep``, a number this table gave it; the numbers are
 per Store and never reused.  The guest dropping a resource calls :meth:`ComponentState.drop`;
 the Store going away calls :meth:`ComponentState.close`, which frees whatever the guest kept.
+An execution context of the older ``wasi:nn`` versions also holds the tensors ``set-input`` gave
+it and the outputs of its last ``compute()``, freed with it.
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ class ComponentState(GuestScope):
         self.graphs: dict[int, BackendGraph] = {}
         self.contexts: dict[int, BackendContext] = {}
         self.errors: dict[int, tuple[ErrorCode, str]] = {}
+        self.set_inputs: dict[int, dict[str, HostTensor]] = {}
+        """Per context, the tensors ``set-input`` gave it for its next ``compute()`` (08-19, 06-25)."""
+        self.outputs: dict[int, dict[str, HostTensor]] = {}
+        """Per context, the outputs of its last ``compute()``, for ``get-output`` (08-19, 06-25)."""
         self.streams: dict[int, Any] = {}
         """Hayride tensor-streams (``hayride_streams.TensorStream``)."""
         self.pollable_factory: dict[str, Any] = {}
@@ -123,6 +129,31 @@ class ComponentState(GuestScope):
         self._touched[rep] = time.monotonic()
         return context
 
+    def set_input(self, context_rep: int, name: str, tensor: HostTensor) -> None:
+        """Keep ``tensor`` as the input ``name`` of the context's next ``compute()``."""
+        self.context(context_rep)
+        self.set_inputs.setdefault(context_rep, {})[name] = tensor
+
+    def take_set_inputs(self, context_rep: int) -> list[tuple[str, HostTensor]]:
+        """The inputs set on the context since its last ``compute()``, removed, in the order first set;
+        the outputs of that compute go too (a failed compute leaves none to get)."""
+        self.outputs.pop(context_rep, None)
+        return list(self.set_inputs.pop(context_rep, {}).items())
+
+    def keep_outputs(self, context_rep: int, outputs: list[tuple[str, HostTensor]]) -> None:
+        """The outputs of the context's ``compute()``, kept for ``get-output`` until the next one."""
+        self.outputs[context_rep] = dict(outputs)
+
+    def output(self, context_rep: int, name: str) -> HostTensor:
+        """The output ``name`` of the context's last ``compute()``."""
+        self.context(context_rep)
+        outputs = self.outputs.get(context_rep)
+        if outputs is None:
+            raise invalid(f"no output {name!r}: this context has no compute() result (none ran, or the last failed)")
+        if name not in outputs:
+            raise invalid(f"no output named {name!r}; the last compute() gave: {', '.join(outputs)}")
+        return outputs[name]
+
     def reap_idle(self, idle_seconds: float) -> int:
         """Free the contexts unused for ``idle_seconds`` (never one computing); return how many.
 
@@ -170,6 +201,8 @@ class ComponentState(GuestScope):
         elif kind in (CONTEXT, CONTEXT_STREAM):
             context = self.contexts.pop(rep, None)
             self._context_graph.pop(rep, None)
+            self.set_inputs.pop(rep, None)
+            self.outputs.pop(rep, None)
             self._touched.pop(rep, None)
             if context is not None:
                 self._counter.add(-1)
