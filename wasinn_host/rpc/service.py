@@ -31,6 +31,7 @@ from ..ephemeral.tensor_check import check_dims_count, check_input_data, check_i
 from .messages import SESSION_KEY, host, nn
 from .remote_config import remote_config
 from .sessions import ANONYMOUS, SessionScopes
+from .stream_push import PushSender
 from .wire_errors import abort_with
 
 log = logging.getLogger("wasinn_host")
@@ -76,10 +77,16 @@ class NNService:
         state, lock = self.scopes.scope(session)
         try:
             return body(state, lock, session)
-        except WasiNNError as err:
-            failure = err
-        except Exception as exc:  # a host bug is a runtime error for the client, never a crash
-            log.exception("rpc %s: internal error: %s", method, exc)
+        except Exception as exc:
+            return self._failure(method, session, exc)
+
+    @staticmethod
+    def _failure(method: str, session: str, exc: Exception) -> WasiNNError:
+        """The error a call ends with for ``exc`` (a host bug is a runtime error), logged."""
+        if isinstance(exc, WasiNNError):
+            failure = exc
+        else:  # a host bug is a runtime error for the client, never a crash
+            log.exception("rpc %s: internal error: %s", method, exc, exc_info=exc)
             failure = WasiNNError(ErrorKind.RUNTIME_ERROR, f"{method}: internal error: {exc}")
         if failure.kind not in _QUIET:
             errno = errno_for(failure.kind)
@@ -220,6 +227,31 @@ class NNService:
             return host.StepResult(piece=ctx.get_output_single(0), ready=ready)
 
         return self._run(context, "compute_single", body)
+
+    def StreamSingle(self, requests: Iterator[Any], context: Any) -> Iterator[Any]:  # noqa: N802
+        """``compute_single`` pushed: the pieces of a stream's tokens as they are sampled, the steps taken
+        as the client reports its guest took them (:mod:`.stream_push`); errors as ``ComputeSingle``."""
+        first = next(requests, None)
+        if first is None:
+            return
+        session = session_of(context)
+
+        def body(state: HandleTables, lock: threading.Lock, session: str) -> PushSender:
+            return PushSender(self._context(state, first.ctx_handle), requests)
+
+        sender = self._attempt(context, "compute_single", body)
+        if isinstance(sender, WasiNNError):
+            abort_with(context, sender)
+        context.add_callback(sender.cancel_unless_finished)  # a cancelled call cancels, as a unary one does
+        failure: WasiNNError | None = None
+        try:
+            yield from sender.results()
+        except Exception as exc:  # noqa: BLE001 - every failure ends the call with its errno
+            failure = self._failure("compute_single", session, exc)
+        finally:
+            sender.stop()
+        if failure is not None:
+            abort_with(context, failure)
 
     def ComputePieces(self, request: Any, context: Any) -> Iterator[Any]:  # noqa: N802
         """``compute`` with each token's piece streamed as it is generated (what the client prints for a

@@ -12,6 +12,10 @@ yet.  The tokens, and the sampler's history that makes them, are the ones the on
   reason), and pauses (ends with the sampler kept for the next) once the guest is ``LOOKAHEAD`` tokens
   behind: a guest that stops reading holds no sequence of the model.  The guest's next call after it
   has taken every token starts the next job, from the tokens it has seen.
+- A remote client's stream is pushed to it as its tokens come (:mod:`wasinn_host.rpc.stream_push`): the
+  feed's ``listener`` is called after each token and at the job's end, so the server's sender wakes
+  without polling; the server peeks the tokens (:meth:`StreamFeed.peek`), sends their pieces, and takes
+  them once the client reports its guest took them.
 - The guest ends the stream early (``fini_single``, a new input, a compute, a close) with
   :meth:`StreamFeed.end`: the worker drops the job at its next step and the call returns when it has;
   the tokens sampled past what the guest saw are forgotten (their KV cells are trimmed by the next
@@ -21,8 +25,9 @@ yet.  The tokens, and the sampler's history that makes them, are the ones the on
 from __future__ import annotations
 
 import collections
+import enum
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from ..generation import GenerationResult, StopReason
 
@@ -30,12 +35,23 @@ LOOKAHEAD = 16
 """Tokens a stream's job samples at most ahead of its guest before it pauses."""
 
 
+class Outlook(str, enum.Enum):
+    """What comes after the tokens a feed holds (:meth:`StreamFeed.outlook`)."""
+
+    RUNNING = "running"
+    """The job samples more."""
+    PAUSED = "paused"
+    """The job paused, its guest the lookahead behind: the next job starts once the guest took them all."""
+    ENDS = "ends"
+    """The stream ends after the tokens held (end of generation, a full context, an error)."""
+
+
 class StreamFeed:
     """The tokens one stream's job sampled and its guest has not taken yet, one result each."""
 
-    __slots__ = ("lookahead", "_items", "_cv", "running", "final", "ended", "undelivered")
+    __slots__ = ("lookahead", "_items", "_cv", "running", "final", "ended", "undelivered", "listener")
 
-    def __init__(self, lookahead: int = LOOKAHEAD) -> None:
+    def __init__(self, lookahead: int = LOOKAHEAD, listener: Callable[[], None] | None = None) -> None:
         self.lookahead = max(1, lookahead)
         self._items: collections.deque[GenerationResult] = collections.deque()
         self._cv = threading.Condition(threading.Lock())
@@ -47,6 +63,8 @@ class StreamFeed:
         """The guest ended the stream (:meth:`end`): the worker drops the job."""
         self.undelivered = 0
         """Tokens the worker sampled for the feed and holds until it next calls llama.cpp (worker only)."""
+        self.listener = listener
+        """Called (on the worker's thread, without the feed's lock) after each token and at the job's end."""
 
     # -- worker side --------------------------------------------------------------
 
@@ -55,7 +73,10 @@ class StreamFeed:
         with self._cv:
             self._items.append(item)
             self._cv.notify()
-            return len(self._items) < self.lookahead
+            room = len(self._items) < self.lookahead
+        if self.listener is not None:
+            self.listener()
+        return room
 
     def close(self, final: GenerationResult) -> None:
         """The job ended (``final``: its result); a guest waiting for a token gets what is left, then None."""
@@ -63,6 +84,8 @@ class StreamFeed:
             self.final = final
             self.running = False
             self._cv.notify_all()
+        if self.listener is not None:
+            self.listener()
 
     # -- guest side ---------------------------------------------------------------
 
@@ -84,6 +107,17 @@ class StreamFeed:
                     break
                 ready.append(item)
             return ready
+
+    def outlook(self) -> Outlook:
+        """Whether the job samples more, paused, or the stream ends after the tokens held."""
+        with self._cv:
+            if any(item.stop_reason is not StopReason.TOKEN or item.error is not None for item in self._items):
+                return Outlook.ENDS
+            if self.running:
+                return Outlook.RUNNING
+            final = self.final
+            paused = final is not None and final.error is None and final.stop_reason is StopReason.TOKEN
+            return Outlook.PAUSED if paused else Outlook.ENDS
 
     def end(self) -> None:
         """End the stream early: wait until the worker dropped the job (at once if it ended already)."""
