@@ -32,6 +32,7 @@ from __future__ import annotations
 import collections
 import queue
 import threading
+import time
 from typing import Any, Callable, Iterator
 
 from ..core.errors import ErrorKind, WasiNNError
@@ -42,6 +43,12 @@ from .messages import host
 ACK_EVERY = LOOKAHEAD // 2
 """Pieces a client's guest takes between two reports: half the job's lookahead, so the job never waits
 for a report while the guest keeps reading."""
+GATHER_S = 0.004
+"""After a message, the server gathers the pieces that come for this long before it sends the next (one
+message, one wake of the client, for several tokens: gRPC's cost per message is the cost of pushing) ..."""
+GATHER_PIECES = 4
+"""... or for as long as about this many pieces take to come, if that is shorter (a fast model's stream
+stays well within its job's lookahead of pieces neither sent nor reported)."""
 SAFETY_WAKE_S = 1.0
 """The server's sender looks at the stream at least this often, even if no token or report woke it."""
 
@@ -53,6 +60,7 @@ class PushSender:
         self.ctx = ctx
         self._requests = requests
         self._wake = threading.Event()
+        self._gone = threading.Event()
         self._reported = 0
         """Steps the client reported taken (the reader thread adds to it)."""
         self._closed = False
@@ -77,13 +85,18 @@ class PushSender:
         finally:
             self._closed = True
             self._wake.set()
+            self._gone.set()
 
     def results(self) -> Iterator[Any]:
         """The call's messages; raises :class:`WasiNNError` when the stream cannot go on."""
         threading.Thread(target=self._read, name="wasinn-rpc-reports", daemon=True).start()
         self._open()
         told: Outlook | None = None
+        last, gather = 0.0, 0.0
         while True:
+            wait = last + gather - time.monotonic()
+            if wait > 0:
+                self._gone.wait(wait)  # a client closing its side is not kept waiting
             self._wake.clear()  # whatever comes from here on wakes the wait below
             self._take_reported()
             if self._closed:
@@ -99,6 +112,10 @@ class PushSender:
                 self.sent += len(ready)
                 told = said
                 yield host.StepResult(ready=ready, paused=said is Outlook.PAUSED, ends=said is Outlook.ENDS)
+                now = time.monotonic()
+                if ready:  # the time a piece takes to come, from this message's
+                    gather = min(GATHER_S, GATHER_PIECES * (now - last) / len(ready)) if last else 0.0
+                last = now
             self._wake.wait(SAFETY_WAKE_S)
 
     def _inner(self) -> Any:
