@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import queue
 import threading
 from typing import Any, Callable
 
@@ -47,14 +48,34 @@ class Outlook(str, enum.Enum):
 
 
 class StreamFeed:
-    """The tokens one stream's job sampled and its guest has not taken yet, one result each."""
+    """The tokens one stream's job sampled and its guest has not taken yet, one result each.
 
-    __slots__ = ("lookahead", "_items", "_cv", "running", "final", "ended", "undelivered", "listener")
+    The worker hands a token over on every step of every stream, so the hand-off is C-level: the items
+    under a plain lock, and a guest with nothing to take waits on a ``SimpleQueue`` the worker puts one
+    wake-up in per waiting thread (a ``threading.Condition``'s wait and notify are Python code: a few
+    microseconds a token on the worker's thread, for each stream).
+    """
+
+    __slots__ = (
+        "lookahead",
+        "_items",
+        "_lock",
+        "_wakeups",
+        "_waiters",
+        "running",
+        "final",
+        "ended",
+        "undelivered",
+        "listener",
+    )
 
     def __init__(self, lookahead: int = LOOKAHEAD, listener: Callable[[], None] | None = None) -> None:
         self.lookahead = max(1, lookahead)
         self._items: collections.deque[GenerationResult] = collections.deque()
-        self._cv = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._wakeups: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._waiters = 0
+        """Threads waiting for a change of the feed (guarded by ``_lock``)."""
         self.running = True
         """A job fills the feed (until :meth:`close`)."""
         self.final: GenerationResult | None = None
@@ -66,41 +87,58 @@ class StreamFeed:
         self.listener = listener
         """Called (on the worker's thread, without the feed's lock) after each token and at the job's end."""
 
+    def _changed(self) -> int:
+        """The threads to wake after a change (holding ``_lock``)."""
+        waiters, self._waiters = self._waiters, 0
+        return waiters
+
+    def _wake(self, waiters: int) -> None:
+        for _ in range(waiters):
+            self._wakeups.put(None)
+        if self.listener is not None:
+            self.listener()
+
+    def _wait(self) -> None:
+        """Wait for the next change (called after counting oneself in ``_waiters`` under ``_lock``)."""
+        self._wakeups.get()
+
     # -- worker side --------------------------------------------------------------
 
     def put(self, item: GenerationResult) -> bool:
         """Hand one token's result to the guest; False once the guest is ``lookahead`` tokens behind."""
-        with self._cv:
+        with self._lock:
             self._items.append(item)
-            self._cv.notify()
             room = len(self._items) < self.lookahead
-        if self.listener is not None:
-            self.listener()
+            waiters = self._changed()
+        self._wake(waiters)
         return room
 
     def close(self, final: GenerationResult) -> None:
         """The job ended (``final``: its result); a guest waiting for a token gets what is left, then None."""
-        with self._cv:
+        with self._lock:
             self.final = final
             self.running = False
-            self._cv.notify_all()
-        if self.listener is not None:
-            self.listener()
+            waiters = self._changed()
+        self._wake(waiters)
 
     # -- guest side ---------------------------------------------------------------
 
     def take(self) -> GenerationResult | None:
         """The next token's result, waiting for the job to sample it; None once the job ended and every
         token it made was taken."""
-        with self._cv:
-            while not self._items and self.running:
-                self._cv.wait()
-            return self._items.popleft() if self._items else None
+        while True:
+            with self._lock:
+                if self._items:
+                    return self._items.popleft()
+                if not self.running:
+                    return None
+                self._waiters += 1
+            self._wait()
 
     def peek(self, limit: int) -> list[GenerationResult]:
         """Up to ``limit`` of the next results already sampled, without taking them: tokens only (the
         first that ends the stream, or carries an error, and those after it are left out)."""
-        with self._cv:
+        with self._lock:
             ready: list[GenerationResult] = []
             for item in self._items:
                 if len(ready) >= limit or item.stop_reason is not StopReason.TOKEN or item.error is not None:
@@ -110,7 +148,7 @@ class StreamFeed:
 
     def outlook(self) -> Outlook:
         """Whether the job samples more, paused, or the stream ends after the tokens held."""
-        with self._cv:
+        with self._lock:
             if any(item.stop_reason is not StopReason.TOKEN or item.error is not None for item in self._items):
                 return Outlook.ENDS
             if self.running:
@@ -121,11 +159,14 @@ class StreamFeed:
 
     def end(self) -> None:
         """End the stream early: wait until the worker dropped the job (at once if it ended already)."""
-        with self._cv:
-            self.ended = True
-            self._items.clear()
-            while self.running:
-                self._cv.wait()
+        while True:
+            with self._lock:
+                self.ended = True
+                self._items.clear()
+                if not self.running:
+                    return
+                self._waiters += 1
+            self._wait()
 
     @property
     def backlog(self) -> int:
