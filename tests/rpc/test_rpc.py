@@ -159,6 +159,29 @@ def test_a_job_paused_before_the_guest_reported_goes_on_after_its_report(
         srv.stop(1)
 
 
+def test_streams_beyond_the_servers_pushes_take_the_plain_calls(
+    registry: ModelRegistry, tmp_path: pathlib.Path
+) -> None:
+    """A server with 4 serving threads pushes 2 streams at once (each holds a thread while open): a third
+    stream at the same time is refused and streamed with ComputeSingleOutput instead, the same text."""
+    srv = serve(registry, tmp_path / "nn.sock", max_workers=4)
+    client = WasiNN(rpc=f"unix:{srv.address.unix_path}")
+    try:
+        sessions = [client.session("succ") for _ in range(3)]
+        streams = [session.stream(prompt) for session, prompt in zip(sessions, ("abc", "klm", "tuv"))]
+        texts = [b"", b"", b""]
+        firsts = [next(stream) for stream in streams]  # three streams open at once
+        for i, stream in enumerate(streams):
+            texts[i] = firsts[i] + b"".join(stream)
+        assert texts == [successor_text(p).encode() for p in ("abc", "klm", "tuv")]
+        assert srv.service._pushes == 0
+        for session in sessions:
+            session.close()
+    finally:
+        client.close()
+        srv.stop(1)
+
+
 def test_streaming_takes_a_round_trip_per_tokens_not_yet_sampled(
     registry: ModelRegistry, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, stream_runs_ahead: None
 ) -> None:

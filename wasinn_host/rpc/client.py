@@ -197,7 +197,7 @@ class RemoteContext:
         piece too, so the guest's ``get_output_single`` that follows costs no second round trip, and with
         the pieces of the tokens its stream has sampled beyond it: the steps that follow take those with
         no round trip at all, and the next call to the server reports them."""
-        if self.endpoint.has_host and self.endpoint.has_push and not self._ready:
+        if self._push is not None or (self.endpoint.has_host and self.endpoint.has_push and not self._ready):
             try:
                 piece = self._pushed_piece()
             except WasiNNError as err:

@@ -53,8 +53,15 @@ def session_of(context: Any) -> str:
 class NNService:
     """One object serving every method of the four services (their names do not collide)."""
 
-    def __init__(self, backend: LocalBackend, scopes: SessionScopes, allow_load_bytes: bool = False) -> None:
+    def __init__(
+        self, backend: LocalBackend, scopes: SessionScopes, allow_load_bytes: bool = False, max_pushes: int = 128
+    ) -> None:
         self.backend = backend
+        self.max_pushes = max_pushes
+        """Streams pushed at once (each holds a serving thread while open); beyond them ``StreamSingle`` is
+        answered UnsupportedOperation and the client streams with ``ComputeSingleOutput`` instead."""
+        self._pushes = 0
+        self._pushes_lock = threading.Lock()
         self.allow_load_bytes = allow_load_bytes and scopes.limits.allow_load_bytes
         self.scopes = scopes
         self.limits = scopes.limits
@@ -235,6 +242,19 @@ class NNService:
         if first is None:
             return
         session = session_of(context)
+        with self._pushes_lock:
+            room = self._pushes < self.max_pushes
+            self._pushes += room
+        if not room:
+            abort_with(context, WasiNNError(ErrorKind.UNSUPPORTED, f"{self.max_pushes} streams are pushed already"))
+        try:
+            yield from self._push(first, requests, context, session)
+        finally:
+            with self._pushes_lock:
+                self._pushes -= 1
+
+    def _push(self, first: Any, requests: Iterator[Any], context: Any, session: str) -> Iterator[Any]:
+        """The messages of one pushed stream (``first`` named its context)."""
 
         def body(state: HandleTables, lock: threading.Lock, session: str) -> PushSender:
             return PushSender(self._context(state, first.ctx_handle), requests)
