@@ -236,6 +236,8 @@ class RemoteContext:
         next or the server cannot push: the step is then a plain call (the push closed first)."""
         push = self._push
         if push is None:
+            if self._taken:  # steps answered from pieces sent ahead: the server makes them first
+                self._sync()
             self._push = push = PushReceiver(self.handle, self._open_push)
         self.busy = True
         try:
