@@ -182,6 +182,28 @@ def test_streams_beyond_the_servers_pushes_take_the_plain_calls(
         srv.stop(1)
 
 
+def test_a_draining_server_ends_its_pushed_streams(
+    registry: ModelRegistry, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that starts to shut down ends each pushed stream after the pieces sampled (a stream its
+    guest stopped reading would hold the drain), and pushes no more: the guest's next steps are plain
+    calls (which a stopping server refuses; this one still answers them), and the text is the same."""
+    calls: list[str] = []
+    _count_calls(monkeypatch, calls, "StreamSingle", "ComputeSingleOutput")
+    srv = serve(registry, tmp_path / "nn.sock")
+    client = WasiNN(rpc=f"unix:{srv.address.unix_path}")
+    try:
+        with client.session("succ") as session:
+            stream = session.stream("abc")
+            first = [next(stream) for _ in range(3)]
+            srv.service.end_pushes()  # what stop() does first
+            assert b"".join(first) + b"".join(stream) == b"defghijklmnopqrstuvwxyz"
+        assert calls[0] == "StreamSingle" and calls.count("ComputeSingleOutput") > 1
+    finally:
+        client.close()
+        srv.stop(1)
+
+
 def test_streaming_takes_a_round_trip_per_tokens_not_yet_sampled(
     registry: ModelRegistry, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, stream_runs_ahead: None
 ) -> None:

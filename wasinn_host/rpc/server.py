@@ -183,6 +183,7 @@ class NNServer:
     def stop(self, grace: float | None = None) -> None:
         """Drain: health NOT_SERVING, no new calls, calls in flight finish (up to ``grace`` s)."""
         self.health.enter_graceful_shutdown()
+        self.service.end_pushes()
         self.service.end_attach_streams()
         self._stopped.set()
         self.server.stop(self.options.drain_seconds if grace is None else grace).wait()

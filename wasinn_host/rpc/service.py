@@ -62,6 +62,8 @@ class NNService:
         answered UnsupportedOperation and the client streams with ``ComputeSingleOutput`` instead."""
         self._pushes = 0
         self._pushes_lock = threading.Lock()
+        self._senders: set[PushSender] = set()
+        self._draining = False
         self.allow_load_bytes = allow_load_bytes and scopes.limits.allow_load_bytes
         self.scopes = scopes
         self.limits = scopes.limits
@@ -263,6 +265,10 @@ class NNService:
         if isinstance(sender, WasiNNError):
             abort_with(context, sender)
         context.add_callback(sender.cancel_unless_finished)  # a cancelled call cancels, as a unary one does
+        with self._pushes_lock:
+            self._senders.add(sender)
+            if self._draining:
+                sender.drain()
         failure: WasiNNError | None = None
         try:
             yield from sender.results()
@@ -270,6 +276,8 @@ class NNService:
             failure = self._failure("compute_single", session, exc)
         finally:
             sender.stop()
+            with self._pushes_lock:
+                self._senders.discard(sender)
         if failure is not None:
             abort_with(context, failure)
 
@@ -385,6 +393,13 @@ class NNService:
         with self._attached_lock:
             for event in self._attached:
                 event.set()
+
+    def end_pushes(self) -> None:
+        """End every pushed stream after the pieces sampled, and push no more (server shutdown)."""
+        with self._pushes_lock:
+            self._draining = True
+            for sender in self._senders:
+                sender.drain()
 
 
 def _within_max(data: bytes, output_max_size: int, method: str) -> bytes:

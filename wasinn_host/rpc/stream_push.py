@@ -73,6 +73,8 @@ class PushSender:
         """Pieces sent in this call."""
         self.finished = False
         """The client closed the call and the server took what it reported."""
+        self._draining = False
+        """The server shuts down: send the pieces sampled and say the stream ends after them."""
 
     def _read(self) -> None:
         try:
@@ -103,10 +105,12 @@ class PushSender:
                 self.finished = self._half_closed
                 return
             outlook = self._outlook()  # before the pieces: once it is not RUNNING, they are all there
-            if outlook is Outlook.PAUSED and self.taken == self.sent:
+            if outlook is Outlook.PAUSED and self.taken == self.sent and not self._draining:
                 outlook = self._open()  # the guest took every token of the paused job: the next job
             ahead = self.sent - self.taken
             ready = self._ready_pieces(ahead + LOOKAHEAD)[ahead:]
+            if self._draining:  # the client closes the call once its guest took what is sampled
+                outlook = Outlook.ENDS
             said = None if outlook is Outlook.RUNNING else outlook
             if ready or said is not told:
                 self.sent += len(ready)
@@ -141,6 +145,12 @@ class PushSender:
         while self.taken < min(self._reported, self.sent):
             self.ctx.compute_single()
             self.taken += 1
+
+    def drain(self) -> None:
+        """The server shuts down: the client gets the pieces sampled so far and the stream's end (its
+        next step is a plain call, which a draining server refuses); no next job starts."""
+        self._draining = True
+        self._wake.set()
 
     def cancel_unless_finished(self) -> None:
         """The call ended: unless the client closed it, the stream's computation is cancelled (a client
