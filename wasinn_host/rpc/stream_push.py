@@ -123,7 +123,9 @@ class PushSender:
             self._wake.wait(SAFETY_WAKE_S)
 
     def _inner(self) -> Any:
-        inner = self.ctx.inner  # taken back from the spill store if it went there
+        """The backend context (an :class:`~wasinn_host.core.inference.InferenceContext` where it can push),
+        this sender its stream's listener."""
+        inner: Any = self.ctx.inner  # taken back from the spill store if it went there
         inner.stream_listener = self._wake.set
         return inner
 
@@ -160,7 +162,7 @@ class PushSender:
 
     def stop(self) -> None:
         """The call ended: stop waking this sender."""
-        inner = self.ctx.inner
+        inner: Any = self.ctx.inner
         if getattr(inner, "stream_listener", None) is not None:
             inner.stream_listener = None
 
