@@ -162,6 +162,8 @@ class PushSender:
 
     def stop(self) -> None:
         """The call ended: stop waking this sender."""
+        if self.ctx.spilled:
+            return  # a spilled context keeps no listener (and a finalised one has no context to reach)
         inner: Any = self.ctx.inner
         if getattr(inner, "stream_listener", None) is not None:
             inner.stream_listener = None
