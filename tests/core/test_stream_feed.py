@@ -39,16 +39,25 @@ def stream(worker: ModelWorker, state: ContextState, prompt: str, first: bool, l
     return feed
 
 
-def test_one_job_serves_a_whole_stream_without_timed_waits(fake_model: pathlib.Path) -> None:
+def test_one_job_serves_a_whole_stream_without_timed_waits(
+    fake_model: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A guest taking its tokens as they come: one request for the whole stream, one step a token, the
     tokens those of a compute, the last carrying end of generation; neither the worker nor the guest
     waits with a timeout on the way."""
     worker = make_worker(fake_model, delay=0.001)
     timed: list[float] = []
     no_timed_waits(worker._cv, timed)
+    waits: list[None] = []
+    wait = StreamFeed._wait
+
+    def counted(self: StreamFeed) -> None:  # a guest's wait for the next change: untimed, once a token at most
+        waits.append(None)
+        wait(self)
+
+    monkeypatch.setattr(StreamFeed, "_wait", counted)
     state = ContextState()
     feed = stream(worker, state, "f", True, 16)
-    no_timed_waits(feed._cv, timed)
     pieces, reasons = [], []
     while (item := feed.take()) is not None:
         pieces.append(bytes(item.text).decode())
@@ -57,7 +66,7 @@ def test_one_job_serves_a_whole_stream_without_timed_waits(fake_model: pathlib.P
     assert reasons == [StopReason.TOKEN] * (len(pieces) - 1) + [StopReason.EOS]
     assert (worker.requests, worker.decode_calls, worker.clock.steps) == (1, len(pieces), len(pieces))
     assert feed.final is not None and feed.final.error is None and not state.mid_stream
-    assert timed == []
+    assert timed == [] and len(waits) <= len(pieces)
     worker.close()
 
 
@@ -146,3 +155,27 @@ def test_peek_shows_the_tokens_sampled_ahead_without_taking_them() -> None:
     taken = [feed.take() for _ in range(4)]
     assert [item.generated for item in taken if item is not None] == [[10], [11], [12], [2]]
     assert feed.peek(10) == []
+
+
+def test_every_thread_waiting_on_a_feed_wakes() -> None:
+    """Two threads waiting for one feed's next token (a guest's step and a server taking the same
+    context's): one gets the token, the other the end once the job closes; a thread ending the stream
+    meanwhile returns when the job has ended."""
+    feed = StreamFeed(4)
+    got: list[object] = []
+    takers = [threading.Thread(target=lambda: got.append(feed.take())) for _ in range(2)]
+    for taker in takers:
+        taker.start()
+    while feed._waiters < 2:
+        threading.Event().wait(0.001)
+    feed.put(GenerationResult(generated=[5], stop_reason=StopReason.TOKEN))
+    while not got:
+        threading.Event().wait(0.001)
+    ender = threading.Thread(target=feed.end)
+    ender.start()
+    while feed._waiters < 2:  # the other taker and the ender
+        threading.Event().wait(0.001)
+    feed.close(GenerationResult(stop_reason=StopReason.STREAM_ENDED))
+    for thread in (*takers, ender):
+        thread.join()
+    assert [item.generated if item is not None else None for item in got] == [[5], None]  # type: ignore[attr-defined]

@@ -4,6 +4,7 @@ security are in test_rpc_security.py, the commands and scale-out in test_rpc_com
 
 from __future__ import annotations
 
+import functools
 import pathlib
 import subprocess
 import sys
@@ -14,9 +15,13 @@ import grpc
 import pytest
 
 from wasinn_host import ModelRegistry, RunOptions, WasiNN
+from wasinn_host.core import inference
 from wasinn_host.core.errors import ErrorKind, WasiNNError
+from wasinn_host.core.generation import StopReason
 from wasinn_host.core.inference import InferenceContext
+from wasinn_host.core.scheduling.stream_feed import StreamFeed
 from wasinn_host.launch.runner import run_instances
+from wasinn_host.rpc import stream_push
 from wasinn_host.rpc.messages import SESSION_KEY, host, host_grpc, nn, nn_grpc
 from wasinn_host.rpc.server import NNServer
 from wasinn_host.rpc.service import NNService
@@ -86,12 +91,127 @@ def stream_runs_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(InferenceContext, "ready_pieces", after_the_job)
 
 
+def _unimplemented(monkeypatch: pytest.MonkeyPatch, *methods: str) -> None:
+    """The server answers these methods as one without them does (an older wasinn serve, WasmEdge's)."""
+
+    def unimplemented(self: NNService, request: Any, context: Any) -> Any:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+
+    for method in methods:
+        monkeypatch.setattr(NNService, method, unimplemented)
+
+
+def test_stream_pieces_are_pushed_as_they_are_sampled(
+    registry: ModelRegistry, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, stream_runs_ahead: None
+) -> None:
+    """Against wasinn serve, a stream is one StreamSingle call: the server pushes each token's piece (here
+    16, the job paused at its lookahead until the guest's reports came, then the next job's 7), the client
+    reports the steps its guest took, and the end comes with one ComputeSingleOutput: no call a token."""
+    calls: list[str] = []
+    _count_calls(monkeypatch, calls, "ComputeSingle", "ComputeSingleOutput", "GetOutputSingle", "StreamSingle")
+    pushed: list[int] = []
+    reported: list[int] = []
+    results, take = stream_push.PushSender.results, stream_push.PushSender._take_reported
+
+    def counted_results(self: stream_push.PushSender) -> Any:
+        for message in results(self):
+            pushed.append(len(message.ready))
+            yield message
+
+    def counted_take(self: stream_push.PushSender) -> None:
+        before = self.taken
+        take(self)
+        if self.taken > before:
+            reported.append(self.taken - before)
+
+    monkeypatch.setattr(stream_push.PushSender, "results", counted_results)
+    monkeypatch.setattr(stream_push.PushSender, "_take_reported", counted_take)
+    srv = serve(registry, tmp_path / "nn.sock")
+    client = WasiNN(rpc=f"unix:{srv.address.unix_path}")
+    try:
+        with client.session("succ") as session:
+            assert b"".join(session.stream("abc")) == b"defghijklmnopqrstuvwxyz"
+        assert calls == ["StreamSingle", "ComputeSingleOutput"]
+        assert (sum(pushed), sum(reported)) == (23, 23)
+    finally:
+        client.close()
+        srv.stop(1)
+
+
+def test_a_job_paused_before_the_guest_reported_goes_on_after_its_report(
+    registry: ModelRegistry, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, stream_runs_ahead: None
+) -> None:
+    """A server whose streams sample fewer tokens ahead than the client takes between two reports: each
+    job pauses with the guest's steps not reported; the server says so, the client reports before it waits,
+    and the stream goes on, the same text."""
+    monkeypatch.setattr(inference, "StreamFeed", functools.partial(StreamFeed, 3))
+    calls: list[str] = []
+    _count_calls(monkeypatch, calls, "StreamSingle", "ComputeSingleOutput")
+    srv = serve(registry, tmp_path / "nn.sock")
+    client = WasiNN(rpc=f"unix:{srv.address.unix_path}")
+    try:
+        with client.session("succ") as session:
+            assert b"".join(session.stream("abc")) == b"defghijklmnopqrstuvwxyz"
+            assert b"".join(session.stream("k", max_tokens=5)) == b"lmnop"
+        assert calls == ["StreamSingle", "ComputeSingleOutput", "StreamSingle"]
+    finally:
+        client.close()
+        srv.stop(1)
+
+
+def test_streams_beyond_the_servers_pushes_take_the_plain_calls(
+    registry: ModelRegistry, tmp_path: pathlib.Path
+) -> None:
+    """A server with 4 serving threads pushes 2 streams at once (each holds a thread while open): a third
+    stream at the same time is refused and streamed with ComputeSingleOutput instead, the same text."""
+    srv = serve(registry, tmp_path / "nn.sock", max_workers=4)
+    client = WasiNN(rpc=f"unix:{srv.address.unix_path}")
+    try:
+        sessions = [client.session("succ") for _ in range(3)]
+        streams = [session.stream(prompt) for session, prompt in zip(sessions, ("abc", "klm", "tuv"))]
+        texts = [b"", b"", b""]
+        firsts = [next(stream) for stream in streams]  # three streams open at once
+        for i, stream in enumerate(streams):
+            texts[i] = firsts[i] + b"".join(stream)
+        assert texts == [successor_text(p).encode() for p in ("abc", "klm", "tuv")]
+        assert srv.service._pushes == 0
+        for session in sessions:
+            session.close()
+    finally:
+        client.close()
+        srv.stop(1)
+
+
+def test_a_draining_server_ends_its_pushed_streams(
+    registry: ModelRegistry, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that starts to shut down ends each pushed stream after the pieces sampled (a stream its
+    guest stopped reading would hold the drain), and pushes no more: the guest's next steps are plain
+    calls (which a stopping server refuses; this one still answers them), and the text is the same."""
+    calls: list[str] = []
+    _count_calls(monkeypatch, calls, "StreamSingle", "ComputeSingleOutput")
+    srv = serve(registry, tmp_path / "nn.sock")
+    client = WasiNN(rpc=f"unix:{srv.address.unix_path}")
+    try:
+        with client.session("succ") as session:
+            stream = session.stream("abc")
+            first = [next(stream) for _ in range(3)]
+            srv.service.end_pushes()  # what stop() does first
+            assert b"".join(first) + b"".join(stream) == b"defghijklmnopqrstuvwxyz"
+        assert calls[0] == "StreamSingle" and calls.count("ComputeSingleOutput") > 1
+    finally:
+        client.close()
+        srv.stop(1)
+
+
 def test_streaming_takes_a_round_trip_per_tokens_not_yet_sampled(
     registry: ModelRegistry, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, stream_runs_ahead: None
 ) -> None:
-    """Against wasinn serve, compute_single brings its piece along (no GetOutputSingle) and the pieces of
-    the tokens already sampled after it, which the next steps take with no call: 23 letters and the end
-    in 3 calls (1 + 16 ready, 1 + 5 ready, the end), each reporting the steps taken since the last."""
+    """Against a wasinn serve without StreamSingle, compute_single brings its piece along (no
+    GetOutputSingle) and the pieces of the tokens already sampled after it, which the next steps take with
+    no call: 23 letters and the end in 3 calls (1 + 16 ready, 1 + 5 ready, the end), each reporting the
+    steps taken since the last."""
+    _unimplemented(monkeypatch, "StreamSingle")
     calls: list[str] = []
     _count_calls(monkeypatch, calls, "ComputeSingle", "ComputeSingleOutput", "GetOutputSingle")
     srv = serve(registry, tmp_path / "nn.sock")
@@ -99,17 +219,24 @@ def test_streaming_takes_a_round_trip_per_tokens_not_yet_sampled(
     try:
         with client.session("succ") as session:
             assert b"".join(session.stream("abc")) == b"defghijklmnopqrstuvwxyz"
-        assert calls == ["ComputeSingleOutput"] * 3
+            assert b"".join(session.stream("x")) == b"yz"
+        assert calls == ["ComputeSingleOutput"] * 5
     finally:
         client.close()
         srv.stop(1)
 
 
+@pytest.mark.parametrize("server_lacks", [(), ("StreamSingle",)], ids=["pushed", "ahead"])
 def test_steps_taken_ahead_are_reported_before_any_other_call(
-    nn: WasiNN, remote: WasiNN, stream_runs_ahead: None
+    nn: WasiNN,
+    registry: ModelRegistry,
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    stream_runs_ahead: None,
+    server_lacks: tuple[str, ...],
 ) -> None:
     """Metadata read in the middle of a stream, a stream ended early and the next one: over RPC, with
-    steps answered from pieces sent ahead, the same as in-process."""
+    steps answered from pieces pushed or sent ahead, the same as in-process."""
 
     def steps(host: WasiNN) -> list[object]:
         seen: list[object] = []
@@ -127,19 +254,52 @@ def test_steps_taken_ahead_are_reported_before_any_other_call(
 
     local = steps(nn)
     assert local[:3] == [b"d", b"e", (4, 2)]  # BOS and three letters in, two tokens out
-    assert steps(remote) == local
-    assert steps(remote) == local
+    _unimplemented(monkeypatch, *server_lacks)
+    srv = serve(registry, tmp_path / "nn.sock")
+    remote = WasiNN(rpc=f"unix:{srv.address.unix_path}")
+    try:
+        assert steps(remote) == local
+        assert steps(remote) == local
+    finally:
+        remote.close()
+        srv.stop(1)
+
+
+def test_a_cancelled_stream_fails_over_rpc_as_in_process(nn: WasiNN, remote: WasiNN) -> None:
+    """A stream cancelled between two steps: the steps whose tokens were sampled already give their pieces,
+    then the step fails with a runtime error, and the context's next stream fails too; the same pushed."""
+
+    def cancelled(host: WasiNN) -> tuple[bytes, ErrorKind, ErrorKind]:
+        with host.session("succ", {"temp": 0}) as session:
+            context = session._context
+            context.set_prompt(b"a")
+            pieces = []
+            for _ in range(3):
+                assert context.stream_step().stop_reason is StopReason.TOKEN
+                pieces.append(context.last_piece)
+            context.cancel()
+            with pytest.raises(WasiNNError) as failed:
+                while True:
+                    assert context.stream_step().stop_reason is StopReason.TOKEN
+                    pieces.append(context.last_piece)
+            with pytest.raises(WasiNNError) as again:
+                list(session.stream("x"))
+        return b"".join(pieces), failed.value.kind, again.value.kind
+
+    text, *errors = cancelled(nn)
+    assert successor_text("a").encode().startswith(text) and len(text) >= 3
+    assert errors == [ErrorKind.RUNTIME_ERROR, ErrorKind.RUNTIME_ERROR]
+    text, *errors = cancelled(remote)
+    assert successor_text("a").encode().startswith(text) and len(text) >= 3
+    assert errors == [ErrorKind.RUNTIME_ERROR, ErrorKind.RUNTIME_ERROR]
 
 
 def test_streaming_falls_back_to_two_calls(
     registry: ModelRegistry, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A server without ComputeSingleOutput (an older wasinn serve): the same pieces, two calls a token."""
-
-    def unimplemented(self: NNService, request: Any, context: Any) -> Any:
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
-
-    monkeypatch.setattr(NNService, "ComputeSingleOutput", unimplemented)
+    """A server without StreamSingle and ComputeSingleOutput (an older wasinn serve): the same pieces,
+    two calls a token."""
+    _unimplemented(monkeypatch, "StreamSingle", "ComputeSingleOutput")
     calls: list[str] = []
     _count_calls(monkeypatch, calls, "ComputeSingle", "GetOutputSingle")
     srv = serve(registry, tmp_path / "nn.sock")

@@ -33,7 +33,7 @@ from .registry import LoadedModel, ModelRegistry
 from .rerank import parse_rerank_input
 from .scheduling.ngram_drafts import draft_settings
 from .scheduling.scheduler import ContextState
-from .scheduling.stream_feed import StreamFeed
+from .scheduling.stream_feed import Outlook, StreamFeed
 from .tts.graph import FileAccess, save_speech, speak, tts_model_params, tts_prompt
 from .utf8_pieces import PieceJoiner
 
@@ -147,6 +147,7 @@ class InferenceContext:
         "last_piece",
         "_joiner",
         "_feed",
+        "stream_listener",
         "_embedding",
         "streaming",
         "closed",
@@ -183,6 +184,8 @@ class InferenceContext:
         """Holds back an unfinished UTF-8 character between streaming steps (made by a stream's first step)."""
         self._feed: StreamFeed | None = None
         """The tokens the stream's job sampled ahead of the guest (:mod:`.scheduling.stream_feed`)."""
+        self.stream_listener: Callable[[], None] | None = None
+        """Given to each stream feed (:attr:`.StreamFeed.listener`): a server pushing the stream wakes by it."""
         self._embedding: array[float] | None = None
         self.streaming = False
         self.closed = False
@@ -393,22 +396,13 @@ class InferenceContext:
         before it, the token completing it the whole character.  The stream ends by itself when the
         step's stop reason is not ``TOKEN`` (end of generation or a full context).
         """
-        prompt = self._checked_prompt()
-        first = not self.streaming
-        if first:
-            self._end_feed()
-            self._clear_output()
-            self.streaming = True
+        first = self._begin_stream()
         feed = self._feed
         self.busy = True  # waiting for a token is computing (the idle reaper leaves the context alone)
         try:
             result = feed.take() if feed is not None else None
             if result is None and (feed is None or feed.final is None or feed.final.error is None):
-                request = self._request(
-                    prompt + self.output_tokens, limit=INT32_MAX, streaming=True, reset_sampler=first
-                )
-                self._feed = feed = StreamFeed()
-                self.model.worker.start_stream(request, self.state, feed)
+                feed = self._start_job(first)
                 result = feed.take()
         finally:
             self.busy = False
@@ -432,6 +426,42 @@ class InferenceContext:
             self._feed = None
             self._joiner = None  # the last piece released whatever it held
         return result
+
+    def _begin_stream(self) -> bool:
+        """Check the prompt; at a stream's first step, end whatever went before and clear the output.
+        Whether this is the first step."""
+        self._checked_prompt()
+        first = not self.streaming
+        if first:
+            self._end_feed()
+            self._clear_output()
+            self.streaming = True
+        return first
+
+    def _start_job(self, first: bool) -> StreamFeed:
+        """Start the stream's next job from the tokens the guest has seen; its feed."""
+        prompt = self._checked_prompt()
+        request = self._request(prompt + self.output_tokens, limit=INT32_MAX, streaming=True, reset_sampler=first)
+        self._feed = feed = StreamFeed(listener=self.stream_listener)
+        self.model.worker.start_stream(request, self.state, feed)
+        return feed
+
+    def open_stream(self) -> Outlook:
+        """Make the stream's job sample ahead without taking a token: a stream's start (as its first
+        :meth:`stream_step`), or the next job once the guest has taken every token of a paused one; then
+        what follows the tokens sampled (a server pushing the stream's pieces asks, :mod:`.stream_push`)."""
+        first = self._begin_stream()
+        feed = self._feed
+        if feed is not None:
+            feed.listener = self.stream_listener
+        if feed is None or (feed.backlog == 0 and feed.outlook() is Outlook.PAUSED):
+            feed = self._start_job(first)
+        return feed.outlook()
+
+    def stream_outlook(self) -> Outlook:
+        """What follows the tokens the stream's job has sampled (outside a stream: its end)."""
+        feed = self._feed
+        return feed.outlook() if self.streaming and feed is not None else Outlook.ENDS
 
     def ready_pieces(self, limit: int) -> list[bytes]:
         """What the next ``limit`` :meth:`stream_step` calls would put in ``last_piece``, for the tokens
@@ -642,6 +672,7 @@ class InferenceContext:
         self.last_piece = last_piece
         self._joiner = None
         self._feed = None if fed is None else StreamFeed.resumed(fed)
+        self.stream_listener = None
         if held is not None:
             self._joiner = PieceJoiner()
             self._joiner.held = held

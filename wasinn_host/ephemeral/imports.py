@@ -37,6 +37,10 @@ from .tensor_check import check_dims_count, check_input_data, check_input_tensor
 log = logging.getLogger("wasinn_host")
 
 MODULE = "wasi_ephemeral_nn"
+_NO_MEMORY = frozenset(("compute", "compute_single", "fini_single", "unload", "finalize_execution_context"))
+"""Calls that read and write no guest memory: theirs is not looked up (a stream's ``compute_single``
+comes once a token)."""
+_UNUSED_MEMORY = GuestMemory(0, 0)
 PRELOAD_PREFIX = b"preload:"
 _QUIET = (ErrorKind.END_OF_SEQUENCE,)
 
@@ -144,7 +148,9 @@ class WasiNNImports:
         return self.stores.get(key, self._new_state)
 
     @staticmethod
-    def _memory(caller: int, context: int, state: HandleTables) -> GuestMemory:
+    def _memory(caller: int, context: int, state: HandleTables, used: bool = True) -> GuestMemory:
+        """The guest's memory as it is now (``used`` False: only checked to exist, for a call that
+        reads and writes none)."""
         memory = state.memory
         if memory is None:
             memory = caller_memory(caller)
@@ -152,7 +158,7 @@ class WasiNNImports:
                 raise GuestTrap("wasi_ephemeral_nn: the calling module exports no memory")
             if state.cache_memory:
                 state.memory = memory
-        return GuestMemory(*memory.base_and_size(context))
+        return GuestMemory(*memory.base_and_size(context)) if used else _UNUSED_MEMORY
 
     # -- registration --------------------------------------------------------------
 
@@ -162,10 +168,12 @@ class WasiNNImports:
             define_i32_func(linker, MODULE, name, arity, self._wrap(name, getattr(self, name)))
 
     def _wrap(self, name: str, impl: Callable[..., None]) -> Callable[..., int]:
+        used = name not in _NO_MEMORY
+
         def host_function(caller: int, context: int, *args: int) -> int:
             state = self._state(context)
             state.calls[name] += 1
-            memory = self._memory(caller, context, state)
+            memory = self._memory(caller, context, state, used)
             try:
                 impl(memory, state, *args)
                 return 0

@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import orjson
 
@@ -30,6 +30,7 @@ from ..core.generation import GenerationResult, StopReason, outlet_of
 from .client_files import inline_image, without_client_keys
 from .endpoint import ClientOptions, Endpoint
 from .messages import U8, host, nn
+from .stream_push import PushReceiver
 from .targets import all_backend_targets
 
 log = logging.getLogger("wasinn_host")
@@ -61,6 +62,8 @@ class RemoteContext:
         """Pieces of the stream's next tokens the server had sampled at the last step (``ready``)."""
         self._taken = 0
         """Steps answered from ``_ready`` that the server has not made yet (it makes them first)."""
+        self._push: PushReceiver | None = None
+        """The stream's pieces the server pushes (``StreamSingle``, :mod:`.stream_push`), while open."""
         self._future: Any = None
         self.closed = False
         self.stream_stdout = bool(graph.config.stopping.get("stream_stdout", False))
@@ -99,6 +102,7 @@ class RemoteContext:
     def _sync(self) -> None:
         """Before any other call of this context: the server makes the steps answered here (their tokens
         are sampled already), so it is where the guest is; the pieces not used are forgotten."""
+        self._close_push()
         self._ready.clear()
         taken, self._taken = self._taken, 0
         if taken:  # tokens sampled already: no wait for the model, so a plain call (not a cancellable future)
@@ -187,10 +191,22 @@ class RemoteContext:
     def stream_step(self) -> GenerationResult:
         """``ComputeSingle``: one token, or the end of the sequence or of the context.
 
-        A wasinn-host server answers ``ComputeSingleOutput`` with the token's piece too, so the
-        guest's ``get_output_single`` that follows costs no second round trip, and with the pieces of
-        the tokens its stream has sampled beyond it: the steps that follow take those with no round
-        trip at all, and the next call to the server reports them."""
+        A wasinn-host server pushes the stream's pieces as its tokens are sampled (``StreamSingle``,
+        :mod:`.stream_push`): a step takes the next one, waiting only for a token not sampled yet, and no
+        call is made per token.  A server without it answers ``ComputeSingleOutput`` with the token's
+        piece too, so the guest's ``get_output_single`` that follows costs no second round trip, and with
+        the pieces of the tokens its stream has sampled beyond it: the steps that follow take those with
+        no round trip at all, and the next call to the server reports them."""
+        if self._push is not None or (self.endpoint.has_host and self.endpoint.has_push and not self._ready):
+            try:
+                piece = self._pushed_piece()
+            except WasiNNError as err:
+                return self._step_error(err)
+            if piece is not None:
+                self.revision += 1
+                self.last_used = time.monotonic()
+                self._cache["GetOutputSingle:0"] = (self.revision, piece)
+                return GenerationResult(stop_reason=StopReason.TOKEN)
         if self._ready:
             self._taken += 1
             self.revision += 1
@@ -203,12 +219,58 @@ class RemoteContext:
             else:
                 self._compute("ComputeSingle")
         except WasiNNError as err:
-            if err.kind is ErrorKind.END_OF_SEQUENCE:
-                return GenerationResult(stop_reason=StopReason.EOS)
-            if err.kind is ErrorKind.CONTEXT_FULL:
-                return GenerationResult(stop_reason=StopReason.CONTEXT_FULL)
-            raise
+            return self._step_error(err)
         return GenerationResult(stop_reason=StopReason.TOKEN)
+
+    @staticmethod
+    def _step_error(err: WasiNNError) -> GenerationResult:
+        """The end of a stream as a step's result; any other error raised."""
+        if err.kind is ErrorKind.END_OF_SEQUENCE:
+            return GenerationResult(stop_reason=StopReason.EOS)
+        if err.kind is ErrorKind.CONTEXT_FULL:
+            return GenerationResult(stop_reason=StopReason.CONTEXT_FULL)
+        raise err
+
+    def _pushed_piece(self) -> bytes | None:
+        """The next pushed piece (opening the push at a stream's step); None when the stream's end comes
+        next or the server cannot push: the step is then a plain call (the push closed first)."""
+        push = self._push
+        if push is None:
+            if self._taken:  # steps answered from pieces sent ahead: the server makes them first
+                self._sync()
+            self._push = push = PushReceiver(self.handle, self._open_push)
+        self.busy = True
+        try:
+            piece = push.next_piece()
+        except WasiNNError as err:
+            self._push = None
+            self._future = None
+            push.abandon()
+            if err.kind is not ErrorKind.UNSUPPORTED:
+                raise
+            self.endpoint.has_push = False  # an older server, or one whose contexts cannot push
+            return None
+        finally:
+            self.busy = False
+        if piece is None:
+            self._close_push()
+        return piece
+
+    def _open_push(self, reports: Iterator[Any]) -> Iterator[Any]:
+        return self.endpoint.stream(self.endpoint.host.StreamSingle, reports, "compute_single", self._started)
+
+    def _close_push(self) -> None:
+        """Report the steps the guest took from pushed pieces and end the push (the server is then where
+        the guest is)."""
+        push, self._push = self._push, None
+        if push is None:
+            return
+        try:
+            push.close()
+        except WasiNNError as err:  # the call failed on the way: the next call meets the same failure
+            log.info("stream of pieces from %s: %s", self.endpoint.target, err.message)
+        finally:
+            self._future = None
 
     def _step_with_piece(self) -> None:
         taken, self._taken = self._taken, 0
@@ -258,6 +320,11 @@ class RemoteContext:
         if self.closed:
             return
         self.closed = True
+        if self._push is not None:  # the server ends the call and keeps the steps reported
+            self._push.abandon()
+            self._push = None
+            if self._future is not None:
+                self._future.cancel()
         self.endpoint.contexts -= 1
         if self.endpoint.down_since is not None or self.endpoint.closed:
             return  # the server frees the session's contexts itself

@@ -73,6 +73,8 @@ class Endpoint:
         """False once the server answered ``ComputeSingleOutput`` as unimplemented."""
         self.has_pieces = True
         """False once the server answered ``ComputePieces`` as unimplemented."""
+        self.has_push = True
+        """False once the server answered ``StreamSingle`` as unimplemented (or its contexts cannot push)."""
         self.down_since: float | None = None
         self.closed = False
         """True after :meth:`close`: calls fail with a runtime error instead of grpcio's ValueError."""

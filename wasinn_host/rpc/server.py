@@ -50,7 +50,8 @@ class ServeOptions:
     tls_cert: bytes | None = None
     tls_key: bytes | None = None
     max_workers: int = 256
-    """Threads serving calls (a computing call and a keep-alive stream hold one each)."""
+    """Threads serving calls (a computing call, a pushed stream and a keep-alive stream hold one each; at
+    most half of them push streams)."""
     drain_seconds: float = 30.0
     """How long a shutdown waits for calls in flight."""
     allow_load_bytes: bool = False
@@ -116,7 +117,9 @@ class NNServer:
         self.address = parse_listen(uri)
         check_exposure(self.address, self.options)
         self.scopes = SessionScopes(backend.limits, allowed)
-        self.service = NNService(backend, self.scopes, self.options.allow_load_bytes)
+        self.service = NNService(
+            backend, self.scopes, self.options.allow_load_bytes, max_pushes=max(1, self.options.max_workers // 2)
+        )
         self.health = health.HealthServicer()
         interceptors = [TokenCheck(self.options.token)] if self.options.token else []
         self.server = grpc.server(
@@ -180,6 +183,7 @@ class NNServer:
     def stop(self, grace: float | None = None) -> None:
         """Drain: health NOT_SERVING, no new calls, calls in flight finish (up to ``grace`` s)."""
         self.health.enter_graceful_shutdown()
+        self.service.end_pushes()
         self.service.end_attach_streams()
         self._stopped.set()
         self.server.stop(self.options.drain_seconds if grace is None else grace).wait()

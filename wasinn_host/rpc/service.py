@@ -31,6 +31,7 @@ from ..ephemeral.tensor_check import check_dims_count, check_input_data, check_i
 from .messages import SESSION_KEY, host, nn
 from .remote_config import remote_config
 from .sessions import ANONYMOUS, SessionScopes
+from .stream_push import PushSender
 from .wire_errors import abort_with
 
 log = logging.getLogger("wasinn_host")
@@ -52,8 +53,17 @@ def session_of(context: Any) -> str:
 class NNService:
     """One object serving every method of the four services (their names do not collide)."""
 
-    def __init__(self, backend: LocalBackend, scopes: SessionScopes, allow_load_bytes: bool = False) -> None:
+    def __init__(
+        self, backend: LocalBackend, scopes: SessionScopes, allow_load_bytes: bool = False, max_pushes: int = 128
+    ) -> None:
         self.backend = backend
+        self.max_pushes = max_pushes
+        """Streams pushed at once (each holds a serving thread while open); beyond them ``StreamSingle`` is
+        answered UnsupportedOperation and the client streams with ``ComputeSingleOutput`` instead."""
+        self._pushes = 0
+        self._pushes_lock = threading.Lock()
+        self._senders: set[PushSender] = set()
+        self._draining = False
         self.allow_load_bytes = allow_load_bytes and scopes.limits.allow_load_bytes
         self.scopes = scopes
         self.limits = scopes.limits
@@ -76,10 +86,16 @@ class NNService:
         state, lock = self.scopes.scope(session)
         try:
             return body(state, lock, session)
-        except WasiNNError as err:
-            failure = err
-        except Exception as exc:  # a host bug is a runtime error for the client, never a crash
-            log.exception("rpc %s: internal error: %s", method, exc)
+        except Exception as exc:
+            return self._failure(method, session, exc)
+
+    @staticmethod
+    def _failure(method: str, session: str, exc: Exception) -> WasiNNError:
+        """The error a call ends with for ``exc`` (a host bug is a runtime error), logged."""
+        if isinstance(exc, WasiNNError):
+            failure = exc
+        else:  # a host bug is a runtime error for the client, never a crash
+            log.exception("rpc %s: internal error: %s", method, exc, exc_info=exc)
             failure = WasiNNError(ErrorKind.RUNTIME_ERROR, f"{method}: internal error: {exc}")
         if failure.kind not in _QUIET:
             errno = errno_for(failure.kind)
@@ -221,6 +237,50 @@ class NNService:
 
         return self._run(context, "compute_single", body)
 
+    def StreamSingle(self, requests: Iterator[Any], context: Any) -> Iterator[Any]:  # noqa: N802
+        """``compute_single`` pushed: the pieces of a stream's tokens as they are sampled, the steps taken
+        as the client reports its guest took them (:mod:`.stream_push`); errors as ``ComputeSingle``."""
+        first = next(requests, None)
+        if first is None:
+            return
+        session = session_of(context)
+        with self._pushes_lock:
+            room = self._pushes < self.max_pushes
+            self._pushes += room
+        if not room:
+            abort_with(context, WasiNNError(ErrorKind.UNSUPPORTED, f"{self.max_pushes} streams are pushed already"))
+        try:
+            yield from self._push(first, requests, context, session)
+        finally:
+            with self._pushes_lock:
+                self._pushes -= 1
+
+    def _push(self, first: Any, requests: Iterator[Any], context: Any, session: str) -> Iterator[Any]:
+        """The messages of one pushed stream (``first`` named its context)."""
+
+        def body(state: HandleTables, lock: threading.Lock, session: str) -> PushSender:
+            return PushSender(self._context(state, first.ctx_handle), requests)
+
+        sender = self._attempt(context, "compute_single", body)
+        if isinstance(sender, WasiNNError):
+            abort_with(context, sender)
+        context.add_callback(sender.cancel_unless_finished)  # a cancelled call cancels, as a unary one does
+        with self._pushes_lock:
+            self._senders.add(sender)
+            if self._draining:
+                sender.drain()
+        failure: WasiNNError | None = None
+        try:
+            yield from sender.results()
+        except Exception as exc:  # noqa: BLE001 - every failure ends the call with its errno
+            failure = self._failure("compute_single", session, exc)
+        finally:
+            sender.stop()
+            with self._pushes_lock:
+                self._senders.discard(sender)
+        if failure is not None:
+            abort_with(context, failure)
+
     def ComputePieces(self, request: Any, context: Any) -> Iterator[Any]:  # noqa: N802
         """``compute`` with each token's piece streamed as it is generated (what the client prints for a
         guest's ``stream-stdout``); ends with the same errors as ``Compute``, after the pieces."""
@@ -333,6 +393,13 @@ class NNService:
         with self._attached_lock:
             for event in self._attached:
                 event.set()
+
+    def end_pushes(self) -> None:
+        """End every pushed stream after the pieces sampled, and push no more (server shutdown)."""
+        with self._pushes_lock:
+            self._draining = True
+            for sender in self._senders:
+                sender.drain()
 
 
 def _within_max(data: bytes, output_max_size: int, method: str) -> bytes:

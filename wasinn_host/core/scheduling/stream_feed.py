@@ -12,6 +12,10 @@ yet.  The tokens, and the sampler's history that makes them, are the ones the on
   reason), and pauses (ends with the sampler kept for the next) once the guest is ``LOOKAHEAD`` tokens
   behind: a guest that stops reading holds no sequence of the model.  The guest's next call after it
   has taken every token starts the next job, from the tokens it has seen.
+- A remote client's stream is pushed to it as its tokens come (:mod:`wasinn_host.rpc.stream_push`): the
+  feed's ``listener`` is called after each token and at the job's end, so the server's sender wakes
+  without polling; the server peeks the tokens (:meth:`StreamFeed.peek`), sends their pieces, and takes
+  them once the client reports its guest took them.
 - The guest ends the stream early (``fini_single``, a new input, a compute, a close) with
   :meth:`StreamFeed.end`: the worker drops the job at its next step and the call returns when it has;
   the tokens sampled past what the guest saw are forgotten (their KV cells are trimmed by the next
@@ -21,8 +25,10 @@ yet.  The tokens, and the sampler's history that makes them, are the ones the on
 from __future__ import annotations
 
 import collections
+import enum
+import queue
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from ..generation import GenerationResult, StopReason
 
@@ -30,15 +36,46 @@ LOOKAHEAD = 16
 """Tokens a stream's job samples at most ahead of its guest before it pauses."""
 
 
+class Outlook(str, enum.Enum):
+    """What comes after the tokens a feed holds (:meth:`StreamFeed.outlook`)."""
+
+    RUNNING = "running"
+    """The job samples more."""
+    PAUSED = "paused"
+    """The job paused, its guest the lookahead behind: the next job starts once the guest took them all."""
+    ENDS = "ends"
+    """The stream ends after the tokens held (end of generation, a full context, an error)."""
+
+
 class StreamFeed:
-    """The tokens one stream's job sampled and its guest has not taken yet, one result each."""
+    """The tokens one stream's job sampled and its guest has not taken yet, one result each.
 
-    __slots__ = ("lookahead", "_items", "_cv", "running", "final", "ended", "undelivered")
+    The worker hands a token over on every step of every stream, so the hand-off is C-level: the items
+    under a plain lock, and a guest with nothing to take waits on a ``SimpleQueue`` the worker puts one
+    wake-up in per waiting thread (a ``threading.Condition``'s wait and notify are Python code: a few
+    microseconds a token on the worker's thread, for each stream).
+    """
 
-    def __init__(self, lookahead: int = LOOKAHEAD) -> None:
+    __slots__ = (
+        "lookahead",
+        "_items",
+        "_lock",
+        "_wakeups",
+        "_waiters",
+        "running",
+        "final",
+        "ended",
+        "undelivered",
+        "listener",
+    )
+
+    def __init__(self, lookahead: int = LOOKAHEAD, listener: Callable[[], None] | None = None) -> None:
         self.lookahead = max(1, lookahead)
         self._items: collections.deque[GenerationResult] = collections.deque()
-        self._cv = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._wakeups: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._waiters = 0
+        """Threads waiting for a change of the feed (guarded by ``_lock``)."""
         self.running = True
         """A job fills the feed (until :meth:`close`)."""
         self.final: GenerationResult | None = None
@@ -47,37 +84,61 @@ class StreamFeed:
         """The guest ended the stream (:meth:`end`): the worker drops the job."""
         self.undelivered = 0
         """Tokens the worker sampled for the feed and holds until it next calls llama.cpp (worker only)."""
+        self.listener = listener
+        """Called (on the worker's thread, without the feed's lock) after each token and at the job's end."""
+
+    def _changed(self) -> int:
+        """The threads to wake after a change (holding ``_lock``)."""
+        waiters, self._waiters = self._waiters, 0
+        return waiters
+
+    def _wake(self, waiters: int) -> None:
+        for _ in range(waiters):
+            self._wakeups.put(None)
+        if self.listener is not None:
+            self.listener()
+
+    def _wait(self) -> None:
+        """Wait for the next change (called after counting oneself in ``_waiters`` under ``_lock``)."""
+        self._wakeups.get()
 
     # -- worker side --------------------------------------------------------------
 
     def put(self, item: GenerationResult) -> bool:
         """Hand one token's result to the guest; False once the guest is ``lookahead`` tokens behind."""
-        with self._cv:
+        with self._lock:
             self._items.append(item)
-            self._cv.notify()
-            return len(self._items) < self.lookahead
+            room = len(self._items) < self.lookahead
+            waiters = self._changed()
+        self._wake(waiters)
+        return room
 
     def close(self, final: GenerationResult) -> None:
         """The job ended (``final``: its result); a guest waiting for a token gets what is left, then None."""
-        with self._cv:
+        with self._lock:
             self.final = final
             self.running = False
-            self._cv.notify_all()
+            waiters = self._changed()
+        self._wake(waiters)
 
     # -- guest side ---------------------------------------------------------------
 
     def take(self) -> GenerationResult | None:
         """The next token's result, waiting for the job to sample it; None once the job ended and every
         token it made was taken."""
-        with self._cv:
-            while not self._items and self.running:
-                self._cv.wait()
-            return self._items.popleft() if self._items else None
+        while True:
+            with self._lock:
+                if self._items:
+                    return self._items.popleft()
+                if not self.running:
+                    return None
+                self._waiters += 1
+            self._wait()
 
     def peek(self, limit: int) -> list[GenerationResult]:
         """Up to ``limit`` of the next results already sampled, without taking them: tokens only (the
         first that ends the stream, or carries an error, and those after it are left out)."""
-        with self._cv:
+        with self._lock:
             ready: list[GenerationResult] = []
             for item in self._items:
                 if len(ready) >= limit or item.stop_reason is not StopReason.TOKEN or item.error is not None:
@@ -85,13 +146,27 @@ class StreamFeed:
                 ready.append(item)
             return ready
 
+    def outlook(self) -> Outlook:
+        """Whether the job samples more, paused, or the stream ends after the tokens held."""
+        with self._lock:
+            if any(item.stop_reason is not StopReason.TOKEN or item.error is not None for item in self._items):
+                return Outlook.ENDS
+            if self.running:
+                return Outlook.RUNNING
+            final = self.final
+            paused = final is not None and final.error is None and final.stop_reason is StopReason.TOKEN
+            return Outlook.PAUSED if paused else Outlook.ENDS
+
     def end(self) -> None:
         """End the stream early: wait until the worker dropped the job (at once if it ended already)."""
-        with self._cv:
-            self.ended = True
-            self._items.clear()
-            while self.running:
-                self._cv.wait()
+        while True:
+            with self._lock:
+                self.ended = True
+                self._items.clear()
+                if not self.running:
+                    return
+                self._waiters += 1
+            self._wait()
 
     @property
     def backlog(self) -> int:
