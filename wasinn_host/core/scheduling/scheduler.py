@@ -133,6 +133,17 @@ class ModelWorker:
         """KV cells the tokens of each job of the batch being filled attend (:func:`.step_cost.attended`)."""
         self._batch_rows: list[int] = []
         """Logits rows each job of the batch being filled asks for (an embedding's: none)."""
+        self._parts: list[range] = []
+        """The batch's jobs in the runs decoded one after another (:mod:`.decode_parts`)."""
+        self._jobs_changed = 0
+        """Counts the times a job started or ended: a carried plan is kept while this stays as it was."""
+        self._carried: list[Job] | None = None
+        """The jobs of the batch filled last, in order, if the next step may decode the same plan."""
+        self._carried_at = -1
+        self.carried_plans = 0
+        """Steps that decoded the plan of the step before (:func:`.batch_plan.carriable`) without planning."""
+        self.admissions = 0
+        """Passes over waiting jobs (:meth:`_admit`): none on a step where no job waits."""
         self.logits_rows = logits_rows
         """Logits rows one decode computes at most (0 = no cap): see :mod:`.decode_parts`."""
         self._incoming: collections.deque[Job] = collections.deque()
@@ -153,6 +164,8 @@ class ModelWorker:
         """Forward passes llama.cpp made over those decodes (:func:`.draft_budget.passes`)."""
         self.decoded_tokens = 0
         self.generated_tokens = 0
+        self.rows_sampled_together = 0
+        """Tokens chosen by one greedy ``argmax`` over the logits rows of a decoded part (:meth:`_use_outputs`)."""
         self.sequences_decoded = 0  # summed over decode calls: busy sequences per decode
         self.requests = 0
         self.rejected = 0
@@ -335,7 +348,11 @@ class ModelWorker:
     # 1. admit --------------------------------------------------------------------
 
     def _admit(self) -> None:
-        """Start waiting jobs, highest priority first, then in arrival order; expire old ones."""
+        """Start waiting jobs, highest priority first, then in arrival order; expire old ones.  Nothing to
+        do (and nothing done) when no job waits."""
+        if not self._waiting:
+            return
+        self.admissions += 1
         still_waiting: list[Job] = []
         now = time.perf_counter()
         for job in sorted(self._waiting, key=lambda j: (-j.request.priority, j.order)):
@@ -362,7 +379,6 @@ class ModelWorker:
             else:
                 self._start(job, slot)
         self._waiting = still_waiting
-        self.sequences_high_water = max(self.sequences_high_water, self.busy_sequences)
         if self._waiting and self._grow is not None and all(s.busy or self._held_for_stream(s) for s in self.slots):
             self._add_sequences(self.busy_sequences + len(self._waiting))
 
@@ -390,6 +406,7 @@ class ModelWorker:
         heap_trim.trim_heap()  # the old context's buffers, freed into malloc's arenas: not beside the new ones
         bigger = make_bigger()
         self.context, self._batch = bigger, bigger.new_batch()
+        self._carried = None  # the plan's batch went with the old context
         for slot in self.slots:
             if slot.seq_id in self._copy_targets:
                 continue
@@ -477,6 +494,8 @@ class ModelWorker:
             self._finish(job, StopReason.REJECTED, err.message, err.kind)
             return
         self._active.append(job)
+        self._jobs_changed += 1
+        self.sequences_high_water = max(self.sequences_high_water, self.busy_sequences)
 
     def _copy_prefix(self, job: Job, slot: Slot) -> None:
         """Copy the prefix of the job's tokens another sequence holds, if it is longer than the slot's own
@@ -513,16 +532,24 @@ class ModelWorker:
         self.steps += 1
         for job in [j for j in self._active if j.state.cancelled or (j.feed is not None and j.feed.ended)]:
             self._finish(job, StopReason.CANCELLED if job.state.cancelled else StopReason.STREAM_ENDED)
-        planned = self._plan_batch()
-        if not planned:
-            if any(batch_plan.waits_for_sink(job) for job in self._active):
-                with self._cv:  # only guests whose stdout is behind: let their queues drain a moment
-                    self._cv.wait(SINK_WAIT_S)
-            return
-        in_batch = self._fill_batch(planned)
+        if self._carried is not None and self._carried_at == self._jobs_changed:
+            in_batch = self._refill_batch(self._carried)
+            self.carried_plans += 1
+        else:
+            planned = self._plan_batch()
+            if not planned:
+                if any(batch_plan.waits_for_sink(job) for job in self._active):
+                    with self._cv:  # only guests whose stdout is behind: let their queues drain a moment
+                        self._cv.wait(SINK_WAIT_S)
+                return
+            keep = batch_plan.carriable(planned, self._active)
+            in_batch = self._fill_batch(planned)
+            self._carried = in_batch if keep and len(in_batch) == len(planned) else None
+            self._carried_at = self._jobs_changed
+            self._parts = decode_parts.parts(self._batch_rows, self.logits_rows)
         self.clock.lap("plan")
         first = 0
-        for part in decode_parts.parts(self._batch_rows, self.logits_rows):
+        for part in self._parts:
             jobs, counts = in_batch[part.start : part.stop], self._batch_counts[part.start : part.stop]
             n_tokens = sum(n for _, n in counts)
             if self._decode(jobs, first, n_tokens, counts, sum(self._batch_cells[part.start : part.stop])):
@@ -535,19 +562,41 @@ class ModelWorker:
         """Sample (or read the embedding of) each job of a part just decoded whose tokens are all
         decoded; its batch indices become the part's (``first`` is the part's first index)."""
         now = time.perf_counter()
+        together: list[Job] = []
         for job in jobs:
             if job.logits_index < 0:
                 continue
             job.logits_index -= first
-            job.draft_indices = [index - first for index in job.draft_indices]
+            if job.draft_indices:
+                job.draft_indices = [index - first for index in job.draft_indices]
             if not job.t_first:
                 job.t_first = now
                 job.result.prompt_ms = (now - job.t_start) * 1000.0
                 prompt_cache_use.save_prefix(self.prompt_cache, self.context, job)
             if job.request.embed:
                 self._embed(job)
+            elif self._argmax_only(job):
+                together.append(job)
             else:
                 self._sample(job)
+        if together:
+            tokens = self.context.greedy_tokens([job.logits_index for job in together])
+            self.rows_sampled_together += len(together)
+            for job, token in zip(together, tokens):
+                self._took(job, token, self._record(job, token))
+
+    @staticmethod
+    def _argmax_only(job: Job) -> bool:
+        """The job's next token is the argmax of its logits row alone (plain greedy, no draft to verify, no
+        ``n-probs``, a token still to make): sampled with the others of its part in one array operation."""
+        sampler = job.state.sampler
+        return (
+            sampler is not None
+            and sampler.argmax_only
+            and not job.draft
+            and not job.request.sampling.n_probs
+            and len(job.result.generated) < job.request.limit
+        )
 
     def _plan_batch(self) -> list[tuple[Job, int]]:
         """(job, tokens to take) for this step (:mod:`.batch_plan`); counts a step whose prompt chunks the
@@ -609,6 +658,20 @@ class ModelWorker:
             self._batch_rows.append(0 if job.request.embed else int(wants) + len(job.draft))
             in_batch.append(job)
         return in_batch
+
+    def _refill_batch(self, jobs: list[Job]) -> list[Job]:
+        """The batch of a carried plan (:func:`.batch_plan.carriable`): each job's next token and position
+        where its last one was (its sequence id and logits row stay), and the cells its token attends."""
+        batch, cells = self._batch, self._batch_cells
+        for index, job in enumerate(jobs):
+            kv = job.slot.kv  # type: ignore[union-attr]
+            start = len(kv)
+            token = job.tokens[start]
+            batch.rewrite(index, token, start)
+            kv.append(token)
+            job.logits_index = index
+            cells[index] = start + 1  # step_cost.attended(1, start)
+        return jobs
 
     @staticmethod
     def _text_run(job: Job, start: int, take: int) -> int:
@@ -691,6 +754,11 @@ class ModelWorker:
             self.accepted_draft_tokens += accepted
             return
         token, piece = self._sample_token(job)
+        self._took(job, token, piece)
+
+    def _took(self, job: Job, token: int, piece: bytes) -> None:
+        """A plain token sampled for ``job`` (recorded): to its stream's feed, or through its stop rules
+        (the job goes on with it decoded in the next batch, or ends)."""
         if job.feed is not None:
             self._feed_token(job, token, piece)
             return
@@ -750,11 +818,16 @@ class ModelWorker:
         token = state.sampler.sample(self.context, job.logits_index)
         if n_probs > 0:
             result.probs.append((token, top))
+        return token, self._record(job, token)
+
+    def _record(self, job: Job, token: int) -> bytes:
+        """Add a sampled token and its bytes to the job's result; its bytes."""
         piece = self.model.piece(token)
+        result = job.result
         result.generated.append(token)
         result.text += piece
         self.generated_tokens += 1
-        return token, piece
+        return piece
 
     def _stop_rule(self, job: Job, token: int, piece: bytes) -> StopReason | None:
         return stop_rules.stop_rule(self.model, self.context, job, token, piece, self.n_ctx_seq, self.name)
@@ -780,6 +853,7 @@ class ModelWorker:
             self._went_idle(job.state)
         if job in self._active:
             self._active.remove(job)
+            self._jobs_changed += 1
         if job.feed is not None:
             if threading.current_thread() is self._thread:
                 self._deliveries.append((job.feed, (result,)))  # after the tokens not delivered yet
