@@ -32,7 +32,8 @@ from .config.params import ModelParams
 from .config.preload import Preload, parse_preload
 from .errors import ErrorKind, WasiNNError
 from .prompt_cache.cache import PromptCache, model_identity
-from .runtime import MAX_DEFAULT_CTX, Context, KvLayout, Model, Runtime
+from .runtime import MAX_DEFAULT_CTX, KvLayout, Model, Runtime
+from .scheduling.context_growth import Growth
 from .scheduling.scheduler import ModelWorker
 
 log = logging.getLogger("wasinn_host")
@@ -137,9 +138,12 @@ def _open_model(
         weights.close()
         raise
 
-    def grow(wanted: int) -> Callable[[], Context] | None:
+    def grow(wanted: int) -> Growth | None:
         bigger = grown_layout(params, KvLayout(n_ctx_seq, worker.context.n_seq), wanted, cell_bytes, make_room)
-        return functools.partial(runtime.new_context, weights, params, bigger) if bigger is not None else None
+        if bigger is None:
+            return None
+        total = bigger.n_cells * cell_bytes  # beside the running context, whose bytes the room counts
+        return Growth(functools.partial(runtime.new_context, weights, params, bigger), make_room(total) >= total)
 
     worker = ModelWorker(
         weights,

@@ -282,17 +282,23 @@ def greedy_tokens(ctx: LlamaContext, batch_indices: list[int]) -> list[int]:
     n_vocab = ctx.model.n_vocab
     base = ctypes.cast(llama_cpp.llama_get_logits(ctx.ptr), ctypes.c_void_p).value or 0
     row_bytes = n_vocab * ctypes.sizeof(ctypes.c_float)
-    rows = []
-    for index in batch_indices:
+
+    def row(index: int) -> int:
         address = ctypes.cast(llama_cpp.llama_get_logits_ith(ctx.ptr, index), ctypes.c_void_p).value
         if not address or not base:
             raise WasiNNError(ErrorKind.RUNTIME_ERROR, f"llama.cpp has no logits at batch index {index}")
-        rows.append((address - base) // row_bytes)
+        return (address - base) // row_bytes
+
+    n = len(batch_indices)
+    # rows follow the batch's order of outputs, each index at or after its row: indices 0 .. n-1 whose
+    # last is row n-1 are rows 0 .. n-1 (every token of the batch asked for its logits)
+    first_rows = batch_indices == list(range(n)) and row(n - 1) == n - 1
+    rows = list(range(n)) if first_rows else [row(index) for index in batch_indices]
     floats = ctypes.cast(base, ctypes.POINTER(ctypes.c_float))
     logits = np.ctypeslib.as_array(floats, shape=(max(rows) + 1, n_vocab))
-    if rows == list(range(len(rows))):
-        return np.argmax(logits[: len(rows)], axis=1).tolist()  # type: ignore[no-any-return]
-    return np.argmax(logits[rows], axis=1).tolist()  # type: ignore[no-any-return]
+    if first_rows:
+        return np.argmax(logits, axis=1).tolist()
+    return np.argmax(logits[rows], axis=1).tolist()
 
 
 def top_probabilities(ctx: LlamaContext, batch_index: int, n: int) -> list[tuple[int, float]]:

@@ -53,6 +53,7 @@ from . import (
     speculation,
     stop_rules,
 )
+from .context_growth import ContextMaker, Growth
 from .draft_budget import DecodeCost, passes
 from .prefix_reuse import MIN_SHARED_PREFIX
 from .slot_state import ContextState, Job, Slot
@@ -76,9 +77,9 @@ __all__ = [
 
 log = logging.getLogger("wasinn_host")
 
-Grow = Callable[[int], "Callable[[], Context] | None"]
-"""For up to that many sequences: a maker of a bigger inference context (called once the old one is
-freed), or None if there is no room for even one more sequence."""
+Grow = Callable[[int], "Growth | None"]
+"""For up to that many sequences: a bigger inference context to move to (:mod:`.context_growth`), or
+None if there is no room for even one more sequence."""
 
 
 WARM_CONTEXTS = 16
@@ -140,6 +141,8 @@ class ModelWorker:
         self._carried: list[Job] | None = None
         """The jobs of the batch filled last, in order, if the next step may decode the same plan."""
         self._carried_at = -1
+        self._growing: ContextMaker | None = None
+        """A bigger inference context being made beside this one (:mod:`.context_growth`)."""
         self.carried_plans = 0
         """Steps that decoded the plan of the step before (:func:`.batch_plan.carriable`) without planning."""
         self.admissions = 0
@@ -263,6 +266,9 @@ class ModelWorker:
             self._closing = True
             self._cv.notify()
         self._thread.join()
+        if self._growing is not None:
+            self._growing.close()
+            self._growing = None
         self._batch.close()
         self.context.close()
 
@@ -350,6 +356,8 @@ class ModelWorker:
     def _admit(self) -> None:
         """Start waiting jobs, highest priority first, then in arrival order; expire old ones.  Nothing to
         do (and nothing done) when no job waits."""
+        if self._growing is not None and self._growing.done:
+            self._take_grown()
         if not self._waiting:
             return
         self.admissions += 1
@@ -379,23 +387,59 @@ class ModelWorker:
             else:
                 self._start(job, slot)
         self._waiting = still_waiting
-        if self._waiting and self._grow is not None and all(s.busy or self._held_for_stream(s) for s in self.slots):
+        if (
+            self._waiting
+            and self._grow is not None
+            and self._growing is None
+            and all(s.busy or self._held_for_stream(s) for s in self.slots)
+        ):
             self._add_sequences(self.busy_sequences + len(self._waiting))
 
     def _add_sequences(self, wanted: int) -> None:
         """More contexts compute than there are sequences: move to a bigger inference context.
 
-        ``grow`` (from the registry) makes one with room for up to ``wanted`` sequences within the
-        KV budget and llama.cpp's limits, or returns None.  Each sequence's used cells move over
-        (``llama_state_seq_get_data`` / ``set_data``, through host memory, so the old and the new cache
-        are never in memory together); a copy of a shared prefix not made yet is made again.  A sequence
-        llama.cpp does not take back starts empty (its job re-decodes its tokens).
+        ``grow`` (from the registry) offers one with room for up to ``wanted`` sequences within the
+        KV budget and llama.cpp's limits, or None.  Where the budget holds it beside the running one it
+        is made on a thread of its own while the running jobs go on (:mod:`.context_growth`), and the
+        worker moves to it at a later admission (:meth:`_take_grown`); otherwise now, in place.
         """
         assert self._grow is not None
-        make_bigger = self._grow(wanted)
-        if make_bigger is None:
+        growth = self._grow(wanted)
+        if growth is None:
             self._grow = None  # at the cap: the rest wait in the queue
             return
+        if growth.beside:
+            self._growing = ContextMaker(growth.make, self.name)
+            return
+        self._move_to(None, growth.make)
+
+    def _take_grown(self) -> None:
+        """Move to the context made beside the running one; if it could not be made, grow in place."""
+        maker, self._growing = self._growing, None
+        assert maker is not None
+        if maker.context is None:
+            log.warning(
+                "model %s: a bigger context beside the running one failed (%s); growing in place",
+                self.name,
+                maker.error,
+            )
+            assert self._grow is not None
+            growth = self._grow(len(self.slots) + 1)
+            if growth is None:
+                self._grow = None
+                return
+            self._move_to(None, growth.make)
+            return
+        bigger, maker.context = maker.context, None
+        self._move_to(bigger, None)
+
+    def _move_to(self, bigger: Context | None, make: Callable[[], Context] | None) -> None:
+        """Move to ``bigger`` (or, with None, to the context ``make`` makes once the running one is freed).
+
+        Each sequence's used cells move over (``llama_state_seq_get_data`` / ``set_data``, through host
+        memory); a copy of a shared prefix not made yet is made again.  A sequence llama.cpp does not
+        take back starts empty (its job re-decodes its tokens).
+        """
         saved = [
             (slot, self.context.state_get(slot.seq_id))
             for slot in self.slots
@@ -404,7 +448,9 @@ class ModelWorker:
         self._batch.close()
         self.context.close()
         heap_trim.trim_heap()  # the old context's buffers, freed into malloc's arenas: not beside the new ones
-        bigger = make_bigger()
+        if bigger is None:
+            assert make is not None
+            bigger = make()
         self.context, self._batch = bigger, bigger.new_batch()
         self._carried = None  # the plan's batch went with the old context
         for slot in self.slots:
@@ -423,7 +469,7 @@ class ModelWorker:
         heap_trim.trim_heap()  # the saved states
         self.slots += [Slot(i) for i in range(len(self.slots), bigger.n_seq)]
         self.growths += 1
-        log.info("model %s: %d contexts computing at once; now %d sequences", self.name, wanted, bigger.n_seq)
+        log.info("model %s: more contexts computing at once; now %d sequences", self.name, bigger.n_seq)
 
     def _has_free_slot(self) -> bool:
         return any(not s.busy for s in self.slots)
@@ -525,6 +571,7 @@ class ModelWorker:
             state.sampler_params = sampling
         elif job.request.reset_sampler:
             state.sampler.reset()  # a streaming step keeps the chain's history
+        job.plain_greedy = state.sampler.argmax_only and not sampling.n_probs
 
     # 2-4. one step: plan, decode, sample -------------------------------------------
 
@@ -589,14 +636,7 @@ class ModelWorker:
     def _argmax_only(job: Job) -> bool:
         """The job's next token is the argmax of its logits row alone (plain greedy, no draft to verify, no
         ``n-probs``, a token still to make): sampled with the others of its part in one array operation."""
-        sampler = job.state.sampler
-        return (
-            sampler is not None
-            and sampler.argmax_only
-            and not job.draft
-            and not job.request.sampling.n_probs
-            and len(job.result.generated) < job.request.limit
-        )
+        return job.plain_greedy and not job.draft and len(job.result.generated) < job.request.limit
 
     def _plan_batch(self) -> list[tuple[Job, int]]:
         """(job, tokens to take) for this step (:mod:`.batch_plan`); counts a step whose prompt chunks the
