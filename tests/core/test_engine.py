@@ -347,3 +347,33 @@ def test_positions_after_m_rope_images_advance_by_their_positions_not_their_toke
     job = Job(GenerationRequest((1,) * 20, 0, GREEDY, StopParams()), ContextState())
     job.images = {3: _Span(3, 4, 2), 10: _Span(10, 6, 6)}  # an M-RoPE image, then an ordinary one
     assert [job.position(i) for i in range(20)] == [0, 1, 2, 3, 4, 5, 6, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]
+
+
+def test_steps_with_nothing_arriving_admit_nothing_and_decode_the_plan_carried(fake_model: pathlib.Path) -> None:
+    """Admission looks at the queue only when a job waits, and a plan of one token for each running job
+    is decoded again without planning (each job's token and position written where its last one was)
+    until a job starts or ends; the outputs are those of each job alone."""
+    worker = make_worker(fake_model, n_seq=4)
+    endless = StopParams(ignore_eos=True)
+    alone = {p: text(worker.submit(request(p, limit=30, stopping=endless), ContextState())) for p in "abc"}
+    assert worker.admissions == 3
+    steps, carried, rewrites = worker.steps, worker.carried_plans, worker._batch.rewrites  # type: ignore[attr-defined]
+    results: dict[str, GenerationResult] = {}
+    barrier = threading.Barrier(3)
+
+    def run(prompt: str, limit: int) -> None:
+        barrier.wait()
+        results[prompt] = worker.submit(request(prompt, limit=limit, stopping=endless), ContextState())
+
+    threads = [threading.Thread(target=run, args=(p, n)) for p, n in (("a", 30), ("b", 30), ("c", 12))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert {p: text(r) for p, r in results.items()} == {"a": alone["a"], "b": alone["b"], "c": alone["c"][:12]}
+    assert worker.steps - steps >= 30
+    assert 4 <= worker.admissions <= 6, "one pass per arrival at most, none on the steps between"
+    # at most a few steps are planned: the jobs' arrivals, their prompts' step, and "c" ending
+    assert worker.carried_plans - carried >= worker.steps - steps - 8
+    assert worker._batch.rewrites - rewrites >= 2 * 18 + 3  # type: ignore[attr-defined]
+    worker.close()

@@ -4,8 +4,9 @@ The worker owns the inference context.  Other threads never touch it: they submi
 :class:`~wasinn_host.core.generation.GenerationRequest` and wait for its
 :class:`~wasinn_host.core.generation.GenerationResult`.  Each loop of the worker
 
-1. **admits** waiting jobs to a slot (one sequence id of the context), highest priority
-   first, preferring the slot that already holds the longest prefix of the job's tokens,
+1. **admits** waiting jobs (nothing is done on a step where none waits) to a slot (one sequence id of
+   the context), highest priority first, preferring the slot that already holds the longest prefix of
+   the job's tokens,
    and trims that slot's KV cache from the first differing token (so a repeated prompt
    prefix is not decoded again).  A prefix that another sequence holds is copied from it
    (``seq_copy``) instead of decoded; a job whose prefix another job is decoding right now
@@ -14,10 +15,13 @@ The worker owns the inference context.  Other threads never touch it: they submi
    ``n_batch`` tokens, in sequence-id order; a job with speculation on adds draft tokens
    (:mod:`.ngram_drafts`, as many as :mod:`.draft_budget` finds worth their cost); while guests are
    generating, prompt chunks are cut to what keeps the step within ``prefill-step-budget`` times
-   their plain decode step (:mod:`.prefill_budget`); the plan is :mod:`.batch_plan`'s;
+   their plain decode step (:mod:`.prefill_budget`); the plan is :mod:`.batch_plan`'s, and a plan of one
+   token for each running job is carried to the next step until a job starts or ends
+   (:func:`.batch_plan.carriable`): only each job's new token is written into the batch;
 3. **decodes** it (with ``decode-logits-rows``, in parts of at most that many sampled rows, each
    sampled before the next is decoded: :mod:`.decode_parts`);
-4. **samples** every job whose tokens are all decoded, and **applies its stop rules**; a
+4. **samples** every job whose tokens are all decoded (plain greedy ones together, one ``argmax``
+   over their logits rows: :meth:`.Context.greedy_tokens`), and **applies its stop rules**; a
    draft is **verified** on the way: the job samples at each draft position in turn, as
    plain decoding would, and keeps the draft while the sampled tokens match it (the first
    token that differs is the next to decode; the cells after it are dropped).  Every token
@@ -135,6 +139,8 @@ class ModelWorker:
         self._batch_rows: list[int] = []
         """Logits rows each job of the batch being filled asks for (an embedding's: none)."""
         self._parts: list[range] = []
+        self._part_shapes: list[tuple[int, int]] = []
+        """Tokens and passes of each part (:meth:`_shape`)."""
         """The batch's jobs in the runs decoded one after another (:mod:`.decode_parts`)."""
         self._jobs_changed = 0
         """Counts the times a job started or ended: a carried plan is kept while this stays as it was."""
@@ -594,16 +600,22 @@ class ModelWorker:
             self._carried = in_batch if keep and len(in_batch) == len(planned) else None
             self._carried_at = self._jobs_changed
             self._parts = decode_parts.parts(self._batch_rows, self.logits_rows)
+            self._part_shapes = [self._shape(self._batch_counts[part.start : part.stop]) for part in self._parts]
         self.clock.lap("plan")
         first = 0
-        for part in self._parts:
-            jobs, counts = in_batch[part.start : part.stop], self._batch_counts[part.start : part.stop]
-            n_tokens = sum(n for _, n in counts)
-            if self._decode(jobs, first, n_tokens, counts, sum(self._batch_cells[part.start : part.stop])):
+        for part, (n_tokens, n_passes) in zip(self._parts, self._part_shapes):
+            jobs = in_batch[part.start : part.stop]
+            if self._decode(jobs, first, n_tokens, n_passes, sum(self._batch_cells[part.start : part.stop])):
                 self._use_outputs(jobs, first)
             self.clock.lap("sample")
             first += n_tokens
         self.clock.steps += 1
+
+    @staticmethod
+    def _shape(counts: list[tuple[int, int]]) -> tuple[int, int]:
+        """Tokens and llama.cpp's passes (:func:`.draft_budget.passes`) of a part of ``(sequence id,
+        tokens)``: the same for every step of a carried plan."""
+        return sum(n for _, n in counts), passes(counts)
 
     def _use_outputs(self, jobs: list[Job], first: int) -> None:
         """Sample (or read the embedding of) each job of a part just decoded whose tokens are all
@@ -739,11 +751,9 @@ class ModelWorker:
             take -= span.n_tokens
         return True
 
-    def _decode(
-        self, in_batch: list[Job], first: int, n_tokens: int, counts: list[tuple[int, int]], cells: int
-    ) -> bool:
-        """Run ``n_tokens`` of the batch from index ``first`` (the tokens of ``in_batch``, ``counts`` a
-        sequence, attending ``cells`` KV cells); on failure, free the jobs' cells and fail them."""
+    def _decode(self, in_batch: list[Job], first: int, n_tokens: int, n_passes: int, cells: int) -> bool:
+        """Run ``n_tokens`` of the batch from index ``first`` (the tokens of ``in_batch``, in ``n_passes``
+        passes, attending ``cells`` KV cells); on failure, free the jobs' cells and fail them."""
         began = time.perf_counter()
         self._deliver()
         rc = self.context.decode(self._batch, first, n_tokens)
@@ -753,7 +763,7 @@ class ModelWorker:
         self.clock.lap("admit")
         self.context.synchronize()
         self.clock.lap("device")
-        seconds, n_passes = time.perf_counter() - began, passes(counts)
+        seconds = time.perf_counter() - began
         self.decode_cost.record(n_tokens, n_passes, seconds)
         self.step_cost.record(n_tokens, n_passes, cells, seconds)
         self._copy_sources.clear()
