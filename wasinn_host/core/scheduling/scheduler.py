@@ -139,9 +139,9 @@ class ModelWorker:
         self._batch_rows: list[int] = []
         """Logits rows each job of the batch being filled asks for (an embedding's: none)."""
         self._parts: list[range] = []
+        """The batch's jobs in the runs decoded one after another (:mod:`.decode_parts`)."""
         self._part_shapes: list[tuple[int, int]] = []
         """Tokens and passes of each part (:meth:`_shape`)."""
-        """The batch's jobs in the runs decoded one after another (:mod:`.decode_parts`)."""
         self._jobs_changed = 0
         """Counts the times a job started or ended: a carried plan is kept while this stays as it was."""
         self._carried: list[Job] | None = None
