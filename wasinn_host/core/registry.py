@@ -142,8 +142,10 @@ def _open_model(
         bigger = grown_layout(params, KvLayout(n_ctx_seq, worker.context.n_seq), wanted, cell_bytes, make_room)
         if bigger is None:
             return None
-        total = bigger.n_cells * cell_bytes  # beside the running context, whose bytes the room counts
-        return Growth(functools.partial(runtime.new_context, weights, params, bigger), make_room(total) >= total)
+        # beside the running context (whose bytes the room counts), if the budget holds both as it is:
+        # no idle model is freed for that (make_room(0) frees none)
+        total = bigger.n_cells * cell_bytes
+        return Growth(functools.partial(runtime.new_context, weights, params, bigger), make_room(0) >= total)
 
     worker = ModelWorker(
         weights,

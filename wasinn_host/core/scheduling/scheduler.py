@@ -131,6 +131,8 @@ class ModelWorker:
         self.slots = [Slot(i) for i in range(context.n_seq)]
         self.sequences_high_water = 0
         self.growths = 0
+        self.growths_beside = 0
+        """Growths whose bigger context was made beside the running one (:mod:`.context_growth`)."""
         self._batch = context.new_batch()
         self._batch_counts: list[tuple[int, int]] = []
         """(sequence id, tokens) of the batch being filled, in sequence-id order."""
@@ -416,6 +418,7 @@ class ModelWorker:
             return
         if growth.beside:
             self._growing = ContextMaker(growth.make, self.name)
+            self.growths_beside += 1
             return
         self._move_to(None, growth.make)
 
