@@ -326,8 +326,8 @@ class ModelWorker:
         """Before a step with prompt tokens, wait a moment for streams between two steps to ask for their
         next token (:meth:`.prefill_budget.PausedStreams.hold_s`), so they are not left out of it.  True
         if it waited."""
-        if self.prefill_step_budget <= 0 or not any(job.pending > 1 for job in self._active):
-            return False
+        if self._carries() or self.prefill_step_budget <= 0 or not any(job.pending > 1 for job in self._active):
+            return False  # a carried plan has no prompt tokens
         hold = self.paused_streams.hold_s()
         deadline = time.perf_counter() + hold
         waited = False
@@ -588,7 +588,8 @@ class ModelWorker:
         self.steps += 1
         for job in [j for j in self._active if j.state.cancelled or (j.feed is not None and j.feed.ended)]:
             self._finish(job, StopReason.CANCELLED if job.state.cancelled else StopReason.STREAM_ENDED)
-        if self._carried is not None and self._carried_at == self._jobs_changed:
+        if self._carries():
+            assert self._carried is not None
             in_batch = self._refill_batch(self._carried)
             self.carried_plans += 1
         else:
@@ -613,6 +614,10 @@ class ModelWorker:
             self.clock.lap("sample")
             first += n_tokens
         self.clock.steps += 1
+
+    def _carries(self) -> bool:
+        """Whether the next step decodes the plan of the step before (no job started or ended since)."""
+        return self._carried is not None and self._carried_at == self._jobs_changed
 
     @staticmethod
     def _shape(counts: list[tuple[int, int]]) -> tuple[int, int]:
