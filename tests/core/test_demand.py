@@ -14,6 +14,7 @@ from conftest import MakeNN
 
 from wasinn_host import Limits
 from wasinn_host.backend.fake import KV_BYTES_PER_CELL
+from wasinn_host.core.scheduling import context_growth
 from wasinn_host.testing.gguf_models import successor_text
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -54,13 +55,19 @@ def test_32_instances_without_n_parallel_decode_together(successor_path: pathlib
     assert model["sequences_per_decode"] > 2.0
 
 
-@pytest.mark.parametrize("budget_cells, beside", [(1 << 20, True), (10 * 512, False)], ids=["room", "short"])
-def test_a_bigger_context_is_made_beside_the_running_one_only_where_the_budget_holds_both(
-    make_nn: MakeNN, budget_cells: int, beside: bool
+@pytest.mark.parametrize(
+    "budget_cells, cores, beside",
+    [(1 << 20, 4, True), (10 * 512, 4, False), (1 << 20, 1, False)],
+    ids=["room", "short budget", "no spare core"],
+)
+def test_a_bigger_context_is_made_beside_the_running_one_only_with_room_and_a_spare_core(
+    make_nn: MakeNN, monkeypatch: pytest.MonkeyPatch, budget_cells: int, cores: int, beside: bool
 ) -> None:
-    """Eight contexts computing at once on a model of 4 sequences x 512 cells: with room in the KV budget
-    for the new context beside the old one it is made while the running ones step; with room for 8
-    sequences but not for 4 + 8 at once, the old one is freed first.  The answers are the same."""
+    """Eight contexts computing at once on a model of 4 sequences x 512 cells (one thread): with room in
+    the KV budget for the new context beside the old one and a core the decode leaves free, it is made
+    while the running ones step; with room for 8 sequences but not for 4 + 8 at once, or with no core
+    to spare, the old one is freed first.  The answers are the same."""
+    monkeypatch.setattr(context_growth, "available_cores", lambda: cores)
     nn = make_nn(Limits(max_kv_bytes=budget_cells * KV_BYTES_PER_CELL), decode_delay=0.002)
     texts: list[str] = [""] * 8
     barrier = threading.Barrier(8)

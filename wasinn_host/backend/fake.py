@@ -174,6 +174,7 @@ class FakeContext:
         self.n_ctx_seq = layout.n_ctx_seq
         self.n_batch = params.batch_size
         self.threads = params.threads if params.threads > 0 else 1
+        self.offloaded = False
         self.kv_bytes = KV_BYTES_PER_CELL * layout.n_cells
         self.embedding_mode = params.embedding
         self._cells: list[list[int]] = [[] for _ in range(self.n_seq)]

@@ -121,6 +121,8 @@ class Context(Protocol):
     n_batch: int
     threads: int
     kv_bytes: int
+    offloaded: bool
+    """Whether the model's layers run on a GPU."""
 
     def new_batch(self) -> Batch:
         """A batch of up to ``n_batch`` tokens."""

@@ -134,7 +134,9 @@ class LlamaContext:
         self.threads = threads
         self.n_outputs_max: int = cparams.n_outputs_max or self.n_batch
         """The most logits rows one batch may ask for (llama.cpp aborts the process beyond it)."""
-        if not cparams.embeddings and not (model.n_gpu_layers != 0 and devices.can_offload()):
+        self.offloaded = model.n_gpu_layers != 0 and devices.can_offload()
+        """Whether the model's layers run on a GPU (the CPU threads then mostly wait for it)."""
+        if not cparams.embeddings and not self.offloaded:
             release_output_rows(ctx, params.decode_logits_rows, n_seq, model.n_vocab)
         self.buffers: dict[str, int] = context_buffers(info)
         """Bytes of the KV cache, output buffer and compute buffers llama.cpp allocated (its log)."""
