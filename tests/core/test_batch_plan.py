@@ -9,7 +9,7 @@ import pytest
 
 from wasinn_host.core.config.params import SamplingParams, StopParams
 from wasinn_host.core.generation import GenerationRequest
-from wasinn_host.core.scheduling.batch_plan import Planning, plan_step
+from wasinn_host.core.scheduling.batch_plan import Planning, carriable, plan_step
 from wasinn_host.core.scheduling.draft_budget import DecodeCost
 from wasinn_host.core.scheduling.slot_state import ContextState, Job, Slot
 from wasinn_host.core.scheduling.step_cost import StepCost
@@ -77,3 +77,16 @@ def test_a_paused_stream_keeps_the_budget_on() -> None:
 def test_with_the_budget_off_the_prompt_takes_the_rest_of_the_batch() -> None:
     plan, capped = plan_step([job(7, 1000, 2300), *streams()], planning(0.0))
     assert prompt_take(plan, 7) == 512 - 7 and not capped
+
+
+def test_a_plan_of_one_token_per_running_job_is_carried() -> None:
+    generating = [job(0, 9, 10), job(1, 4, 5), job(2, 6, 7)]
+    plan, _ = plan_step(generating, planning(8.0))
+    assert carriable(plan, generating)
+    assert not carriable(plan, [*generating, job(3, 0, 4)]), "a job the plan leaves out"
+    prompting = [*generating, job(3, 2, 40)]
+    plan, _ = plan_step(prompting, planning(8.0))
+    assert not carriable(plan, prompting), "a prompt chunk changes from step to step"
+    drafting = [job(0, 9, 10)]
+    drafting[0].draft = [3, 4]
+    assert not carriable([(drafting[0], 1)], drafting), "drafts are chosen step by step"

@@ -17,6 +17,7 @@ from wasinn_host.core.config.params import ModelParams, SamplingParams, StopPara
 from wasinn_host.core.errors import ErrorKind
 from wasinn_host.core.generation import GenerationRequest, GenerationResult, StopReason
 from wasinn_host.core.runtime import Context, KvLayout
+from wasinn_host.core.scheduling.context_growth import Growth
 from wasinn_host.core.scheduling.scheduler import ContextState, ModelWorker
 from wasinn_host.testing.successor import successor_text, successor_tokenize
 
@@ -28,21 +29,28 @@ WAIT = 30.0
 
 
 def make_worker(
-    model_path: pathlib.Path, n_seq: int = 4, batch: int = 64, n_ctx_seq: int = 64, delay: float = 0.0, grow_to: int = 0
+    model_path: pathlib.Path,
+    n_seq: int = 4,
+    batch: int = 64,
+    n_ctx_seq: int = 64,
+    delay: float = 0.0,
+    grow_to: int = 0,
+    beside: bool = True,
+    maker: Callable[[Callable[[], Context]], Callable[[], Context]] | None = None,
 ) -> ModelWorker:
     """A worker on the fake runtime with ``n_seq`` sequences of ``n_ctx_seq`` cells; with ``grow_to``,
-    it may grow to that many sequences when more contexts compute at once."""
+    it may grow to that many sequences when more contexts compute at once (``beside``: the bigger
+    context made while the worker steps on; ``maker`` wraps the maker of each bigger context)."""
     runtime = FakeRuntime(decode_delay=delay)
     params = ModelParams(n_parallel=n_seq, batch_size=batch)
     model = runtime.load_model(model_path, params)
 
-    def grow(wanted: int) -> Callable[[], Context] | None:  # as the registry does: at least double, up to the cap
+    def grow(wanted: int) -> Growth | None:  # as the registry does: at least double, up to the cap
         n = min(max(wanted, 2 * made.context.n_seq), grow_to)
-        return (
-            functools.partial(runtime.new_context, model, params, KvLayout(n_ctx_seq, n))
-            if n > made.context.n_seq
-            else None
-        )
+        if n <= made.context.n_seq:
+            return None
+        make: Callable[[], Context] = functools.partial(runtime.new_context, model, params, KvLayout(n_ctx_seq, n))
+        return Growth(maker(make) if maker is not None else make, beside)
 
     layout = KvLayout(n_ctx_seq, n_seq)
     made = ModelWorker(model, runtime.new_context(model, params, layout), "fake", grow if grow_to else None)
@@ -214,10 +222,11 @@ def test_fake_model_tokenizes_like_the_real_vocabulary(fake_model: pathlib.Path)
     assert b"".join(model.piece(t) for t in model.tokenize(b"<s>x</s>", add_special=False)) == b"<s>x</s>"
 
 
-def test_sequences_grow_when_more_contexts_compute(fake_model: pathlib.Path) -> None:
+@pytest.mark.parametrize("beside", [True, False], ids=["made beside", "made in place"])
+def test_sequences_grow_when_more_contexts_compute(fake_model: pathlib.Path, beside: bool) -> None:
     """Two sequences to start with; eight contexts computing at once make the worker move to bigger
-    contexts (re-decoding the running jobs' tokens) until all eight decode together."""
-    worker = make_worker(fake_model, n_seq=2, delay=0.002, grow_to=8)
+    contexts (the running jobs' cells moved over) until all eight decode together."""
+    worker = make_worker(fake_model, n_seq=2, delay=0.002, grow_to=8, beside=beside)
     results: list[GenerationResult] = []
 
     def run(prompt: str) -> None:
@@ -231,6 +240,45 @@ def test_sequences_grow_when_more_contexts_compute(fake_model: pathlib.Path) -> 
     assert [text(r) for r in results] == ["bcdefghijklmnopqrstu"] * 8
     assert (len(worker.slots), worker.sequences_high_water) == (8, 8)
     assert worker.growths in (1, 2), "2 -> 8, or 2 -> 4 -> 8 when the contexts arrive one by one"
+    worker.close()
+
+
+def test_running_jobs_decode_while_a_bigger_context_is_made(fake_model: pathlib.Path) -> None:
+    """With room in the budget the bigger context is made on a thread of its own: the jobs already
+    running go on stepping until it is there (none waits for the new KV cache), then the worker moves
+    to it and the jobs that waited for a sequence start; every output is the one decoded alone."""
+    release = threading.Event()
+    asked = threading.Event()
+
+    def held(make: Callable[[], Context]) -> Callable[[], Context]:
+        def made() -> Context:
+            asked.set()
+            release.wait(WAIT)
+            return make()
+
+        return made
+
+    worker = make_worker(fake_model, n_seq=2, delay=0.001, grow_to=8, maker=held)
+    results: dict[int, GenerationResult] = {}
+
+    def run(i: int) -> None:
+        results[i] = worker.submit(request("a", limit=40), ContextState())
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    assert asked.wait(WAIT), "four contexts on two sequences ask for a bigger context"
+    steps = worker.steps
+    deadline = time.monotonic() + WAIT
+    while worker.steps < steps + 10 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert worker.steps >= steps + 10, "the running jobs step while the bigger context is made"
+    assert len(worker.slots) == 2 and worker.growths == 0
+    release.set()
+    for thread in threads:
+        thread.join()
+    assert [text(results[i]) for i in range(4)] == [text(worker.submit(request("a", limit=40), ContextState()))] * 4
+    assert (len(worker.slots), worker.growths) == (4, 1)
     worker.close()
 
 
@@ -299,3 +347,33 @@ def test_positions_after_m_rope_images_advance_by_their_positions_not_their_toke
     job = Job(GenerationRequest((1,) * 20, 0, GREEDY, StopParams()), ContextState())
     job.images = {3: _Span(3, 4, 2), 10: _Span(10, 6, 6)}  # an M-RoPE image, then an ordinary one
     assert [job.position(i) for i in range(20)] == [0, 1, 2, 3, 4, 5, 6, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]
+
+
+def test_steps_with_nothing_arriving_admit_nothing_and_decode_the_plan_carried(fake_model: pathlib.Path) -> None:
+    """Admission looks at the queue only when a job waits, and a plan of one token for each running job
+    is decoded again without planning (each job's token and position written where its last one was)
+    until a job starts or ends; the outputs are those of each job alone."""
+    worker = make_worker(fake_model, n_seq=4)
+    endless = StopParams(ignore_eos=True)
+    alone = {p: text(worker.submit(request(p, limit=30, stopping=endless), ContextState())) for p in "abc"}
+    assert worker.admissions == 3
+    steps, carried, rewrites = worker.steps, worker.carried_plans, worker._batch.rewrites  # type: ignore[attr-defined]
+    results: dict[str, GenerationResult] = {}
+    barrier = threading.Barrier(3)
+
+    def run(prompt: str, limit: int) -> None:
+        barrier.wait()
+        results[prompt] = worker.submit(request(prompt, limit=limit, stopping=endless), ContextState())
+
+    threads = [threading.Thread(target=run, args=(p, n)) for p, n in (("a", 30), ("b", 30), ("c", 12))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert {p: text(r) for p, r in results.items()} == {"a": alone["a"], "b": alone["b"], "c": alone["c"][:12]}
+    assert worker.steps - steps >= 30
+    assert 4 <= worker.admissions <= 6, "one pass per arrival at most, none on the steps between"
+    # at most a few steps are planned: the jobs' arrivals, their prompts' step, and "c" ending
+    assert worker.carried_plans - carried >= worker.steps - steps - 8
+    assert worker._batch.rewrites - rewrites >= 2 * 18 + 3  # type: ignore[attr-defined]
+    worker.close()

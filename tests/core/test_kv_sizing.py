@@ -32,11 +32,13 @@ def test_asked_sequences_are_all_or_an_error() -> None:
         kv_layout(params, 100, 10, lambda _w: 2999, "m")
 
 
-def test_growth_doubles_within_the_budget_and_the_limits() -> None:
+def test_growth_doubles_to_a_power_of_two_within_the_budget_and_the_limits() -> None:
     params = ModelParams()
     current = KvLayout(100, 4)
     assert grown_layout(params, current, 5, 10, lambda _w: 1 << 30) == KvLayout(100, 8)
     assert grown_layout(params, current, 5, 10, lambda _w: 2000) == KvLayout(100, 6)
     assert grown_layout(params, current, 5, 10, lambda _w: 999) is None
+    assert grown_layout(params, KvLayout(100, 8), 63, 10, lambda _w: 1 << 30) == KvLayout(100, 64)
+    assert grown_layout(params, KvLayout(100, 8), 65, 10, lambda _w: 1 << 30) == KvLayout(100, 128)
     huge = grown_layout(ModelParams(batch_size=1 << 20), current, 10_000, 1, lambda _w: 1 << 40)
     assert huge == KvLayout(100, MAX_SEQUENCES)

@@ -31,9 +31,10 @@ def host(successor_path: pathlib.Path) -> Iterator[WasiNN]:
 
 @pytest.fixture
 def steps(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
-    """[logits rows asked, tokens sampled] of every decode, as the worker runs them."""
+    """[logits rows asked, tokens sampled] of every decode, as the worker runs them (row by row or
+    greedy rows together)."""
     recorded: list[list[int]] = []
-    decode, sample = LlamaContext.decode, llama_sampler.Sampler.sample
+    decode, sample, greedy_tokens = LlamaContext.decode, llama_sampler.Sampler.sample, LlamaContext.greedy_tokens
 
     def counting_decode(
         self: LlamaContext, batch: llama_context.Batch, first: int = 0, count: int | None = None
@@ -48,8 +49,13 @@ def steps(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
         recorded[-1][1] += 1
         return sample(self, ctx, batch_index)
 
+    def counting_greedy(self: LlamaContext, batch_indices: list[int]) -> list[int]:
+        recorded[-1][1] += len(batch_indices)  # greedy rows sampled together
+        return greedy_tokens(self, batch_indices)
+
     monkeypatch.setattr(LlamaContext, "decode", counting_decode)
     monkeypatch.setattr(llama_sampler.Sampler, "sample", counting_sample)
+    monkeypatch.setattr(LlamaContext, "greedy_tokens", counting_greedy)
     return recorded
 
 

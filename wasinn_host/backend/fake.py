@@ -120,6 +120,8 @@ class FakeBatch:
         self.capacity = capacity
         self.n = 0
         self.tokens: list[tuple[int, int, int, bool]] = []
+        self.rewrites = 0
+        """Tokens put in place by :meth:`rewrite` (a plan carried from the step before)."""
 
     def clear(self) -> None:
         """Empty the batch."""
@@ -134,12 +136,21 @@ class FakeBatch:
         self.n += 1
         return self.n - 1
 
+    def rewrite(self, index: int, token: int, pos: int) -> None:
+        """Put another token and position at ``index`` (its sequence and logits flag stay)."""
+        _, _, seq_id, want_logits = self.tokens[index]
+        self.tokens[index] = (token, pos, seq_id, want_logits)
+        self.rewrites += 1
+
     def close(self) -> None:
         """Nothing to free."""
 
 
 class FakeSampler:
     """Always the successor of the token whose logits are asked for."""
+
+    argmax_only = True
+    """The successor is the fake's most likely token: rows are sampled together (:meth:`FakeContext.greedy_tokens`)."""
 
     def sample(self, ctx: "FakeContext", batch_index: int) -> int:
         """The prediction at ``batch_index`` of the last decode."""
@@ -163,12 +174,15 @@ class FakeContext:
         self.n_ctx_seq = layout.n_ctx_seq
         self.n_batch = params.batch_size
         self.threads = params.threads if params.threads > 0 else 1
+        self.offloaded = False
         self.kv_bytes = KV_BYTES_PER_CELL * layout.n_cells
         self.embedding_mode = params.embedding
         self._cells: list[list[int]] = [[] for _ in range(self.n_seq)]
         self._last: list[tuple[int, int, int, bool]] = []
         self._delay = decode_delay
         self._token_delay = token_delay
+        self.greedy_calls = 0
+        """Calls of :meth:`greedy_tokens` (each samples the rows of one decoded part together)."""
 
     def new_batch(self) -> FakeBatch:
         """A batch of ``n_batch`` tokens."""
@@ -195,6 +209,11 @@ class FakeContext:
 
     def synchronize(self) -> None:
         """Nothing to wait for: a fake decode has finished when it returns."""
+
+    def greedy_tokens(self, batch_indices: list[int]) -> list[int]:
+        """The successor of the token at each batch index (what :class:`FakeSampler` samples there)."""
+        self.greedy_calls += 1
+        return [successor_of(self.predicted_from(index)) for index in batch_indices]
 
     def decode_image(self, span: object, pos: int, seq_id: int) -> int:
         """The fake model has no projector: every image fails to decode."""

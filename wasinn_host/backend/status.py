@@ -63,6 +63,8 @@ def _model_entry(model: "LoadedModel") -> dict[str, Any]:
         "decode_calls": worker.decode_calls,
         "passes_per_decode": round(worker.decode_passes / worker.decode_calls, 3) if worker.decode_calls else 0.0,
         "step_time": worker.clock.report(),
+        "carried_plans": worker.carried_plans,
+        "rows_sampled_together": worker.rows_sampled_together,
         "sequences_per_decode": round(worker.sequences_decoded / worker.decode_calls, 3)
         if worker.decode_calls
         else 0.0,

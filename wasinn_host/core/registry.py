@@ -32,7 +32,8 @@ from .config.params import ModelParams
 from .config.preload import Preload, parse_preload
 from .errors import ErrorKind, WasiNNError
 from .prompt_cache.cache import PromptCache, model_identity
-from .runtime import MAX_DEFAULT_CTX, Context, KvLayout, Model, Runtime
+from .runtime import MAX_DEFAULT_CTX, KvLayout, Model, Runtime
+from .scheduling.context_growth import Growth, spare_core
 from .scheduling.scheduler import ModelWorker
 
 log = logging.getLogger("wasinn_host")
@@ -137,9 +138,14 @@ def _open_model(
         weights.close()
         raise
 
-    def grow(wanted: int) -> Callable[[], Context] | None:
+    def grow(wanted: int) -> Growth | None:
         bigger = grown_layout(params, KvLayout(n_ctx_seq, worker.context.n_seq), wanted, cell_bytes, make_room)
-        return functools.partial(runtime.new_context, weights, params, bigger) if bigger is not None else None
+        if bigger is None:
+            return None
+        # beside the running context (whose bytes the room counts) if the budget holds both as it is (no
+        # idle model is freed for that: make_room(0) frees none) and a core is free to make it on
+        beside = make_room(0) >= bigger.n_cells * cell_bytes and spare_core(worker.context)
+        return Growth(functools.partial(runtime.new_context, weights, params, bigger), beside)
 
     worker = ModelWorker(
         weights,

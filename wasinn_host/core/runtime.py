@@ -84,12 +84,20 @@ class Batch(Protocol):
     def add(self, token: int, pos: int, seq_id: int, want_logits: bool) -> int:
         """Append a token; return its index in the batch."""
 
+    def rewrite(self, index: int, token: int, pos: int) -> None:
+        """Put another token and position at ``index``; its sequence id and logits flag stay."""
+
     def close(self) -> None:
         """Free what it holds."""
 
 
 class Sampler(Protocol):
     """A sampler chain for one execution context."""
+
+    @property
+    def argmax_only(self) -> bool:
+        """Whether its choice is the most likely token of the raw logits and accepting it changes nothing
+        (plain greedy): the worker then samples such rows together (:meth:`Context.greedy_tokens`)."""
 
     def sample(self, ctx: Any, batch_index: int) -> int:
         """Sample (and accept) a token from the logits at ``batch_index`` of ``ctx``'s last decode."""
@@ -113,6 +121,8 @@ class Context(Protocol):
     n_batch: int
     threads: int
     kv_bytes: int
+    offloaded: bool
+    """Whether the model's layers run on a GPU."""
 
     def new_batch(self) -> Batch:
         """A batch of up to ``n_batch`` tokens."""
@@ -157,6 +167,9 @@ class Context(Protocol):
 
     def top_probabilities(self, batch_index: int, n: int) -> list[tuple[int, float]]:
         """The ``n`` most likely next tokens and their probabilities."""
+
+    def greedy_tokens(self, batch_indices: list[int]) -> list[int]:
+        """The most likely token at each batch index of the last decode (the first of equal maxima)."""
 
     def close(self) -> None:
         """Free what it holds."""

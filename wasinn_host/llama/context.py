@@ -56,6 +56,12 @@ class Batch:
         self.n_outputs += want_logits
         return i
 
+    def rewrite(self, index: int, token: int, pos: int) -> None:
+        """Put another token and position at ``index``; its sequence id and logits flag stay."""
+        raw = self.raw
+        raw.token[index] = token
+        raw.pos[index] = pos
+
     def part(self, first: int, count: int) -> llama_cpp.llama_batch:
         """A ``llama_batch`` over ``count`` of this batch's tokens from index ``first`` (its arrays,
         not a copy: valid until the batch is changed or freed)."""
@@ -128,7 +134,9 @@ class LlamaContext:
         self.threads = threads
         self.n_outputs_max: int = cparams.n_outputs_max or self.n_batch
         """The most logits rows one batch may ask for (llama.cpp aborts the process beyond it)."""
-        if not cparams.embeddings and not (model.n_gpu_layers != 0 and devices.can_offload()):
+        self.offloaded = model.n_gpu_layers != 0 and devices.can_offload()
+        """Whether the model's layers run on a GPU (the CPU threads then mostly wait for it)."""
+        if not cparams.embeddings and not self.offloaded:
             release_output_rows(ctx, params.decode_logits_rows, n_seq, model.n_vocab)
         self.buffers: dict[str, int] = context_buffers(info)
         """Bytes of the KV cache, output buffer and compute buffers llama.cpp allocated (its log)."""
@@ -155,6 +163,11 @@ class LlamaContext:
     def top_probabilities(self, batch_index: int, n: int) -> list[tuple[int, float]]:
         """The ``n`` most likely next tokens at ``batch_index`` and their probabilities."""
         return top_probabilities(self, batch_index, n)
+
+    def greedy_tokens(self, batch_indices: list[int]) -> list[int]:
+        """The most likely token at each of ``batch_indices`` of the last decode (the first of equal
+        maxima, as llama.cpp's greedy sampler): one ``numpy.argmax`` over their logits rows together."""
+        return greedy_tokens(self, batch_indices)
 
     def decode(self, batch: Batch, first: int = 0, count: int | None = None) -> int:
         """Run one ``llama_decode`` of ``count`` tokens (None: the rest) from index ``first`` of the batch;
@@ -257,6 +270,37 @@ def restreamed(data: memoryview, n_stream: int, model: LlamaModel) -> memoryview
     else:
         body += bytes(4 * (n_stream - saved))
     return memoryview(bytearray(bytes(data[:at]) + n_stream.to_bytes(4, "little") + body))
+
+
+def greedy_tokens(ctx: LlamaContext, batch_indices: list[int]) -> list[int]:
+    """:meth:`LlamaContext.greedy_tokens`.  llama.cpp keeps the logits of a decode's outputs as rows of one
+    array (``llama_get_logits``), a batch index mapped to its row (``llama_get_logits_ith`` points into
+    it); the rows asked for are found from those pointers and reduced by one ``argmax`` over the rows
+    (a view when they are the first rows in order, as a step of one token per sequence asks)."""
+    import numpy as np
+
+    if not batch_indices:
+        return []
+    n_vocab = ctx.model.n_vocab
+    base = ctypes.cast(llama_cpp.llama_get_logits(ctx.ptr), ctypes.c_void_p).value or 0
+    row_bytes = n_vocab * ctypes.sizeof(ctypes.c_float)
+
+    def row(index: int) -> int:
+        address = ctypes.cast(llama_cpp.llama_get_logits_ith(ctx.ptr, index), ctypes.c_void_p).value
+        if not address or not base:
+            raise WasiNNError(ErrorKind.RUNTIME_ERROR, f"llama.cpp has no logits at batch index {index}")
+        return (address - base) // row_bytes
+
+    n = len(batch_indices)
+    # rows follow the batch's order of outputs, each index at or after its row: indices 0 .. n-1 whose
+    # last is row n-1 are rows 0 .. n-1 (every token of the batch asked for its logits)
+    first_rows = batch_indices == list(range(n)) and row(n - 1) == n - 1
+    rows = list(range(n)) if first_rows else [row(index) for index in batch_indices]
+    floats = ctypes.cast(base, ctypes.POINTER(ctypes.c_float))
+    logits = np.ctypeslib.as_array(floats, shape=(max(rows) + 1, n_vocab))
+    if first_rows:
+        return np.argmax(logits, axis=1).tolist()
+    return np.argmax(logits[rows], axis=1).tolist()
 
 
 def top_probabilities(ctx: LlamaContext, batch_index: int, n: int) -> list[tuple[int, float]]:

@@ -85,6 +85,14 @@ class Sampler:
             piece=model.piece,
         )
 
+    @property
+    def argmax_only(self) -> bool:
+        """Whether the choice is the most likely token of the raw logits row and accepting it changes
+        nothing (greedy, without logit bias, penalties, DRY or a grammar): such contexts' rows are
+        sampled together (:meth:`.context.LlamaContext.greedy_tokens`)."""
+        greedy = self.greedy
+        return greedy is not None and greedy.pre is None and greedy.grammar is None
+
     def sample(self, ctx: LlamaContext, batch_index: int) -> int:
         """Sample (and accept) a token from the logits at ``batch_index``."""
         if self.greedy is not None:

@@ -35,11 +35,12 @@ def kv_layout(
 def grown_layout(
     params: ModelParams, current: KvLayout, wanted: int, cell_bytes: int, make_room: Callable[[int], int]
 ) -> KvLayout | None:
-    """A layout with room for ``wanted`` sequences (at least double the current number, so growth is
-    rare), within llama.cpp's limit, the batch size (llama.cpp reserves an output row per sequence)
+    """A layout with room for ``wanted`` sequences, rounded up to a power of two and at least double the
+    current number (so growth is rare: guests arriving one by one do not ask for one more sequence at
+    a time), within llama.cpp's limit, the batch size (llama.cpp reserves an output row per sequence)
     and the KV budget; None if not even one more sequence fits."""
     per_seq = current.n_ctx_seq * cell_bytes
-    target = min(MAX_SEQUENCES, params.batch_size, max(wanted, 2 * current.n_seq))
+    target = min(MAX_SEQUENCES, params.batch_size, max(1 << max(wanted - 1, 0).bit_length(), 2 * current.n_seq))
     room = make_room((target - current.n_seq) * per_seq)
     n_seq = min(target, current.n_seq + room // max(per_seq, 1))
     if n_seq <= current.n_seq:

@@ -7,6 +7,11 @@ keeps the step within ``prefill-step-budget`` times the generating guests' plain
 (:mod:`.prefill_budget`), highest ``priority`` and earliest request first; otherwise prompts take the
 rest of the batch in the queue's order.  The plan is in sequence-id order, so llama.cpp can run the
 generating tokens in one pass.
+
+A plan of one token for each of the running jobs and nothing else (no prompt chunk, draft, embedding,
+image or piece sink to watch) is the next step's plan too, as long as no job starts, ends or pauses:
+:func:`carriable` says when the worker may keep it, and the worker then only writes each job's new
+token and position into the batch it filled the step before.
 """
 
 from __future__ import annotations
@@ -62,6 +67,23 @@ def waits_for_sink(job: Job) -> bool:
     """The job's piece sink (a Store's ``stream-stdout`` queue) has no room: it samples nothing now."""
     room = job.request.piece_room
     return room is not None and not room()
+
+
+def carriable(plan: Plan, active: Sequence[Job]) -> bool:
+    """Whether ``plan`` (made for the ``active`` jobs, before its batch was filled) stays the plan of every
+    step until a job starts, ends or pauses: one token for each running job, each a job that samples
+    one plain token after it and goes on the same way (no prompt chunk left, no draft, no embedding, no
+    images to place, no piece sink that may fill)."""
+    return len(plan) == len(active) and all(
+        take == 1
+        and job.pending == 1
+        and not job.draft
+        and not job.images
+        and not job.request.embed
+        and job.request.drafts is None
+        and job.request.piece_room is None
+        for job, take in plan
+    )
 
 
 def plan_step(active: Sequence[Job], planning: Planning) -> tuple[Plan, bool]:

@@ -4,8 +4,9 @@ The worker owns the inference context.  Other threads never touch it: they submi
 :class:`~wasinn_host.core.generation.GenerationRequest` and wait for its
 :class:`~wasinn_host.core.generation.GenerationResult`.  Each loop of the worker
 
-1. **admits** waiting jobs to a slot (one sequence id of the context), highest priority
-   first, preferring the slot that already holds the longest prefix of the job's tokens,
+1. **admits** waiting jobs (nothing is done on a step where none waits) to a slot (one sequence id of
+   the context), highest priority first, preferring the slot that already holds the longest prefix of
+   the job's tokens,
    and trims that slot's KV cache from the first differing token (so a repeated prompt
    prefix is not decoded again).  A prefix that another sequence holds is copied from it
    (``seq_copy``) instead of decoded; a job whose prefix another job is decoding right now
@@ -14,10 +15,13 @@ The worker owns the inference context.  Other threads never touch it: they submi
    ``n_batch`` tokens, in sequence-id order; a job with speculation on adds draft tokens
    (:mod:`.ngram_drafts`, as many as :mod:`.draft_budget` finds worth their cost); while guests are
    generating, prompt chunks are cut to what keeps the step within ``prefill-step-budget`` times
-   their plain decode step (:mod:`.prefill_budget`); the plan is :mod:`.batch_plan`'s;
+   their plain decode step (:mod:`.prefill_budget`); the plan is :mod:`.batch_plan`'s, and a plan of one
+   token for each running job is carried to the next step until a job starts or ends
+   (:func:`.batch_plan.carriable`): only each job's new token is written into the batch;
 3. **decodes** it (with ``decode-logits-rows``, in parts of at most that many sampled rows, each
    sampled before the next is decoded: :mod:`.decode_parts`);
-4. **samples** every job whose tokens are all decoded, and **applies its stop rules**; a
+4. **samples** every job whose tokens are all decoded (plain greedy ones together, one ``argmax``
+   over their logits rows: :meth:`.Context.greedy_tokens`), and **applies its stop rules**; a
    draft is **verified** on the way: the job samples at each draft position in turn, as
    plain decoding would, and keeps the draft while the sampled tokens match it (the first
    token that differs is the next to decode; the cells after it are dropped).  Every token
@@ -53,6 +57,7 @@ from . import (
     speculation,
     stop_rules,
 )
+from .context_growth import ContextMaker, Growth
 from .draft_budget import DecodeCost, passes
 from .prefix_reuse import MIN_SHARED_PREFIX
 from .slot_state import ContextState, Job, Slot
@@ -76,9 +81,9 @@ __all__ = [
 
 log = logging.getLogger("wasinn_host")
 
-Grow = Callable[[int], "Callable[[], Context] | None"]
-"""For up to that many sequences: a maker of a bigger inference context (called once the old one is
-freed), or None if there is no room for even one more sequence."""
+Grow = Callable[[int], "Growth | None"]
+"""For up to that many sequences: a bigger inference context to move to (:mod:`.context_growth`), or
+None if there is no room for even one more sequence."""
 
 
 WARM_CONTEXTS = 16
@@ -126,6 +131,8 @@ class ModelWorker:
         self.slots = [Slot(i) for i in range(context.n_seq)]
         self.sequences_high_water = 0
         self.growths = 0
+        self.growths_beside = 0
+        """Growths whose bigger context was made beside the running one (:mod:`.context_growth`)."""
         self._batch = context.new_batch()
         self._batch_counts: list[tuple[int, int]] = []
         """(sequence id, tokens) of the batch being filled, in sequence-id order."""
@@ -133,6 +140,21 @@ class ModelWorker:
         """KV cells the tokens of each job of the batch being filled attend (:func:`.step_cost.attended`)."""
         self._batch_rows: list[int] = []
         """Logits rows each job of the batch being filled asks for (an embedding's: none)."""
+        self._parts: list[range] = []
+        """The batch's jobs in the runs decoded one after another (:mod:`.decode_parts`)."""
+        self._part_shapes: list[tuple[int, int]] = []
+        """Tokens and passes of each part (:meth:`_shape`)."""
+        self._jobs_changed = 0
+        """Counts the times a job started or ended: a carried plan is kept while this stays as it was."""
+        self._carried: list[Job] | None = None
+        """The jobs of the batch filled last, in order, if the next step may decode the same plan."""
+        self._carried_at = -1
+        self._growing: ContextMaker | None = None
+        """A bigger inference context being made beside this one (:mod:`.context_growth`)."""
+        self.carried_plans = 0
+        """Steps that decoded the plan of the step before (:func:`.batch_plan.carriable`) without planning."""
+        self.admissions = 0
+        """Passes over waiting jobs (:meth:`_admit`): none on a step where no job waits."""
         self.logits_rows = logits_rows
         """Logits rows one decode computes at most (0 = no cap): see :mod:`.decode_parts`."""
         self._incoming: collections.deque[Job] = collections.deque()
@@ -153,6 +175,8 @@ class ModelWorker:
         """Forward passes llama.cpp made over those decodes (:func:`.draft_budget.passes`)."""
         self.decoded_tokens = 0
         self.generated_tokens = 0
+        self.rows_sampled_together = 0
+        """Tokens chosen by one greedy ``argmax`` over the logits rows of a decoded part (:meth:`_use_outputs`)."""
         self.sequences_decoded = 0  # summed over decode calls: busy sequences per decode
         self.requests = 0
         self.rejected = 0
@@ -250,6 +274,9 @@ class ModelWorker:
             self._closing = True
             self._cv.notify()
         self._thread.join()
+        if self._growing is not None:
+            self._growing.close()
+            self._growing = None
         self._batch.close()
         self.context.close()
 
@@ -299,8 +326,8 @@ class ModelWorker:
         """Before a step with prompt tokens, wait a moment for streams between two steps to ask for their
         next token (:meth:`.prefill_budget.PausedStreams.hold_s`), so they are not left out of it.  True
         if it waited."""
-        if self.prefill_step_budget <= 0 or not any(job.pending > 1 for job in self._active):
-            return False
+        if self._carries() or self.prefill_step_budget <= 0 or not any(job.pending > 1 for job in self._active):
+            return False  # a carried plan has no prompt tokens
         hold = self.paused_streams.hold_s()
         deadline = time.perf_counter() + hold
         waited = False
@@ -335,7 +362,13 @@ class ModelWorker:
     # 1. admit --------------------------------------------------------------------
 
     def _admit(self) -> None:
-        """Start waiting jobs, highest priority first, then in arrival order; expire old ones."""
+        """Start waiting jobs, highest priority first, then in arrival order; expire old ones.  Nothing to
+        do (and nothing done) when no job waits."""
+        if self._growing is not None and self._growing.done:
+            self._take_grown()
+        if not self._waiting:
+            return
+        self.admissions += 1
         still_waiting: list[Job] = []
         now = time.perf_counter()
         for job in sorted(self._waiting, key=lambda j: (-j.request.priority, j.order)):
@@ -362,24 +395,60 @@ class ModelWorker:
             else:
                 self._start(job, slot)
         self._waiting = still_waiting
-        self.sequences_high_water = max(self.sequences_high_water, self.busy_sequences)
-        if self._waiting and self._grow is not None and all(s.busy or self._held_for_stream(s) for s in self.slots):
+        if (
+            self._waiting
+            and self._grow is not None
+            and self._growing is None
+            and all(s.busy or self._held_for_stream(s) for s in self.slots)
+        ):
             self._add_sequences(self.busy_sequences + len(self._waiting))
 
     def _add_sequences(self, wanted: int) -> None:
         """More contexts compute than there are sequences: move to a bigger inference context.
 
-        ``grow`` (from the registry) makes one with room for up to ``wanted`` sequences within the
-        KV budget and llama.cpp's limits, or returns None.  Each sequence's used cells move over
-        (``llama_state_seq_get_data`` / ``set_data``, through host memory, so the old and the new cache
-        are never in memory together); a copy of a shared prefix not made yet is made again.  A sequence
-        llama.cpp does not take back starts empty (its job re-decodes its tokens).
+        ``grow`` (from the registry) offers one with room for up to ``wanted`` sequences within the
+        KV budget and llama.cpp's limits, or None.  Where the budget holds it beside the running one it
+        is made on a thread of its own while the running jobs go on (:mod:`.context_growth`), and the
+        worker moves to it at a later admission (:meth:`_take_grown`); otherwise now, in place.
         """
         assert self._grow is not None
-        make_bigger = self._grow(wanted)
-        if make_bigger is None:
+        growth = self._grow(wanted)
+        if growth is None:
             self._grow = None  # at the cap: the rest wait in the queue
             return
+        if growth.beside:
+            self._growing = ContextMaker(growth.make, self.name)
+            self.growths_beside += 1
+            return
+        self._move_to(None, growth.make)
+
+    def _take_grown(self) -> None:
+        """Move to the context made beside the running one; if it could not be made, grow in place."""
+        maker, self._growing = self._growing, None
+        assert maker is not None
+        if maker.context is None:
+            log.warning(
+                "model %s: a bigger context beside the running one failed (%s); growing in place",
+                self.name,
+                maker.error,
+            )
+            assert self._grow is not None
+            growth = self._grow(len(self.slots) + 1)
+            if growth is None:
+                self._grow = None
+                return
+            self._move_to(None, growth.make)
+            return
+        bigger, maker.context = maker.context, None
+        self._move_to(bigger, None)
+
+    def _move_to(self, bigger: Context | None, make: Callable[[], Context] | None) -> None:
+        """Move to ``bigger`` (or, with None, to the context ``make`` makes once the running one is freed).
+
+        Each sequence's used cells move over (``llama_state_seq_get_data`` / ``set_data``, through host
+        memory); a copy of a shared prefix not made yet is made again.  A sequence llama.cpp does not
+        take back starts empty (its job re-decodes its tokens).
+        """
         saved = [
             (slot, self.context.state_get(slot.seq_id))
             for slot in self.slots
@@ -388,8 +457,11 @@ class ModelWorker:
         self._batch.close()
         self.context.close()
         heap_trim.trim_heap()  # the old context's buffers, freed into malloc's arenas: not beside the new ones
-        bigger = make_bigger()
+        if bigger is None:
+            assert make is not None
+            bigger = make()
         self.context, self._batch = bigger, bigger.new_batch()
+        self._carried = None  # the plan's batch went with the old context
         for slot in self.slots:
             if slot.seq_id in self._copy_targets:
                 continue
@@ -406,7 +478,7 @@ class ModelWorker:
         heap_trim.trim_heap()  # the saved states
         self.slots += [Slot(i) for i in range(len(self.slots), bigger.n_seq)]
         self.growths += 1
-        log.info("model %s: %d contexts computing at once; now %d sequences", self.name, wanted, bigger.n_seq)
+        log.info("model %s: more contexts computing at once; now %d sequences", self.name, bigger.n_seq)
 
     def _has_free_slot(self) -> bool:
         return any(not s.busy for s in self.slots)
@@ -477,6 +549,8 @@ class ModelWorker:
             self._finish(job, StopReason.REJECTED, err.message, err.kind)
             return
         self._active.append(job)
+        self._jobs_changed += 1
+        self.sequences_high_water = max(self.sequences_high_water, self.busy_sequences)
 
     def _copy_prefix(self, job: Job, slot: Slot) -> None:
         """Copy the prefix of the job's tokens another sequence holds, if it is longer than the slot's own
@@ -506,6 +580,7 @@ class ModelWorker:
             state.sampler_params = sampling
         elif job.request.reset_sampler:
             state.sampler.reset()  # a streaming step keeps the chain's history
+        job.plain_greedy = state.sampler.argmax_only and not sampling.n_probs
 
     # 2-4. one step: plan, decode, sample -------------------------------------------
 
@@ -513,41 +588,75 @@ class ModelWorker:
         self.steps += 1
         for job in [j for j in self._active if j.state.cancelled or (j.feed is not None and j.feed.ended)]:
             self._finish(job, StopReason.CANCELLED if job.state.cancelled else StopReason.STREAM_ENDED)
-        planned = self._plan_batch()
-        if not planned:
-            if any(batch_plan.waits_for_sink(job) for job in self._active):
-                with self._cv:  # only guests whose stdout is behind: let their queues drain a moment
-                    self._cv.wait(SINK_WAIT_S)
-            return
-        in_batch = self._fill_batch(planned)
+        if self._carries():
+            assert self._carried is not None
+            in_batch = self._refill_batch(self._carried)
+            self.carried_plans += 1
+        else:
+            planned = self._plan_batch()
+            if not planned:
+                if any(batch_plan.waits_for_sink(job) for job in self._active):
+                    with self._cv:  # only guests whose stdout is behind: let their queues drain a moment
+                        self._cv.wait(SINK_WAIT_S)
+                return
+            keep = batch_plan.carriable(planned, self._active)
+            in_batch = self._fill_batch(planned)
+            self._carried = in_batch if keep and len(in_batch) == len(planned) else None
+            self._carried_at = self._jobs_changed
+            self._parts = decode_parts.parts(self._batch_rows, self.logits_rows)
+            self._part_shapes = [self._shape(self._batch_counts[part.start : part.stop]) for part in self._parts]
         self.clock.lap("plan")
         first = 0
-        for part in decode_parts.parts(self._batch_rows, self.logits_rows):
-            jobs, counts = in_batch[part.start : part.stop], self._batch_counts[part.start : part.stop]
-            n_tokens = sum(n for _, n in counts)
-            if self._decode(jobs, first, n_tokens, counts, sum(self._batch_cells[part.start : part.stop])):
+        for part, (n_tokens, n_passes) in zip(self._parts, self._part_shapes):
+            jobs = in_batch[part.start : part.stop]
+            if self._decode(jobs, first, n_tokens, n_passes, sum(self._batch_cells[part.start : part.stop])):
                 self._use_outputs(jobs, first)
             self.clock.lap("sample")
             first += n_tokens
         self.clock.steps += 1
 
+    def _carries(self) -> bool:
+        """Whether the next step decodes the plan of the step before (no job started or ended since)."""
+        return self._carried is not None and self._carried_at == self._jobs_changed
+
+    @staticmethod
+    def _shape(counts: list[tuple[int, int]]) -> tuple[int, int]:
+        """Tokens and llama.cpp's passes (:func:`.draft_budget.passes`) of a part of ``(sequence id,
+        tokens)``: the same for every step of a carried plan."""
+        return sum(n for _, n in counts), passes(counts)
+
     def _use_outputs(self, jobs: list[Job], first: int) -> None:
         """Sample (or read the embedding of) each job of a part just decoded whose tokens are all
         decoded; its batch indices become the part's (``first`` is the part's first index)."""
         now = time.perf_counter()
+        together: list[Job] = []
         for job in jobs:
             if job.logits_index < 0:
                 continue
             job.logits_index -= first
-            job.draft_indices = [index - first for index in job.draft_indices]
+            if job.draft_indices:
+                job.draft_indices = [index - first for index in job.draft_indices]
             if not job.t_first:
                 job.t_first = now
                 job.result.prompt_ms = (now - job.t_start) * 1000.0
                 prompt_cache_use.save_prefix(self.prompt_cache, self.context, job)
             if job.request.embed:
                 self._embed(job)
+            elif self._argmax_only(job):
+                together.append(job)
             else:
                 self._sample(job)
+        if together:
+            tokens = self.context.greedy_tokens([job.logits_index for job in together])
+            self.rows_sampled_together += len(together)
+            for job, token in zip(together, tokens):
+                self._took(job, token, self._record(job, token))
+
+    @staticmethod
+    def _argmax_only(job: Job) -> bool:
+        """The job's next token is the argmax of its logits row alone (plain greedy, no draft to verify, no
+        ``n-probs``, a token still to make): sampled with the others of its part in one array operation."""
+        return job.plain_greedy and not job.draft and len(job.result.generated) < job.request.limit
 
     def _plan_batch(self) -> list[tuple[Job, int]]:
         """(job, tokens to take) for this step (:mod:`.batch_plan`); counts a step whose prompt chunks the
@@ -610,6 +719,20 @@ class ModelWorker:
             in_batch.append(job)
         return in_batch
 
+    def _refill_batch(self, jobs: list[Job]) -> list[Job]:
+        """The batch of a carried plan (:func:`.batch_plan.carriable`): each job's next token and position
+        where its last one was (its sequence id and logits row stay), and the cells its token attends."""
+        batch, cells = self._batch, self._batch_cells
+        for index, job in enumerate(jobs):
+            kv = job.slot.kv  # type: ignore[union-attr]
+            start = len(kv)
+            token = job.tokens[start]
+            batch.rewrite(index, token, start)
+            kv.append(token)
+            job.logits_index = index
+            cells[index] = start + 1  # step_cost.attended(1, start)
+        return jobs
+
     @staticmethod
     def _text_run(job: Job, start: int, take: int) -> int:
         """``take`` shortened to stop before the job's next image (images are decoded on their own)."""
@@ -636,11 +759,9 @@ class ModelWorker:
             take -= span.n_tokens
         return True
 
-    def _decode(
-        self, in_batch: list[Job], first: int, n_tokens: int, counts: list[tuple[int, int]], cells: int
-    ) -> bool:
-        """Run ``n_tokens`` of the batch from index ``first`` (the tokens of ``in_batch``, ``counts`` a
-        sequence, attending ``cells`` KV cells); on failure, free the jobs' cells and fail them."""
+    def _decode(self, in_batch: list[Job], first: int, n_tokens: int, n_passes: int, cells: int) -> bool:
+        """Run ``n_tokens`` of the batch from index ``first`` (the tokens of ``in_batch``, in ``n_passes``
+        passes, attending ``cells`` KV cells); on failure, free the jobs' cells and fail them."""
         began = time.perf_counter()
         self._deliver()
         rc = self.context.decode(self._batch, first, n_tokens)
@@ -650,7 +771,7 @@ class ModelWorker:
         self.clock.lap("admit")
         self.context.synchronize()
         self.clock.lap("device")
-        seconds, n_passes = time.perf_counter() - began, passes(counts)
+        seconds = time.perf_counter() - began
         self.decode_cost.record(n_tokens, n_passes, seconds)
         self.step_cost.record(n_tokens, n_passes, cells, seconds)
         self._copy_sources.clear()
@@ -691,6 +812,11 @@ class ModelWorker:
             self.accepted_draft_tokens += accepted
             return
         token, piece = self._sample_token(job)
+        self._took(job, token, piece)
+
+    def _took(self, job: Job, token: int, piece: bytes) -> None:
+        """A plain token sampled for ``job`` (recorded): to its stream's feed, or through its stop rules
+        (the job goes on with it decoded in the next batch, or ends)."""
         if job.feed is not None:
             self._feed_token(job, token, piece)
             return
@@ -750,11 +876,16 @@ class ModelWorker:
         token = state.sampler.sample(self.context, job.logits_index)
         if n_probs > 0:
             result.probs.append((token, top))
+        return token, self._record(job, token)
+
+    def _record(self, job: Job, token: int) -> bytes:
+        """Add a sampled token and its bytes to the job's result; its bytes."""
         piece = self.model.piece(token)
+        result = job.result
         result.generated.append(token)
         result.text += piece
         self.generated_tokens += 1
-        return token, piece
+        return piece
 
     def _stop_rule(self, job: Job, token: int, piece: bytes) -> StopReason | None:
         return stop_rules.stop_rule(self.model, self.context, job, token, piece, self.n_ctx_seq, self.name)
@@ -780,6 +911,7 @@ class ModelWorker:
             self._went_idle(job.state)
         if job in self._active:
             self._active.remove(job)
+            self._jobs_changed += 1
         if job.feed is not None:
             if threading.current_thread() is self._thread:
                 self._deliveries.append((job.feed, (result,)))  # after the tokens not delivered yet

@@ -85,6 +85,9 @@ class Job:
     """Matches to pass over before the next draft (``2 ** misses - 1`` after a miss)."""
     feed: StreamFeed | None = None
     """A stream's job: where each sampled token goes, ahead of its guest (:mod:`.stream_feed`)."""
+    plain_greedy: bool = False
+    """Its sampler takes the argmax of the raw logits and it asks for no ``n-probs``: its rows are sampled
+    with the others' in one array operation (set when the job starts)."""
     t_token: float = 0.0
     """When the job's last token was sampled (a stream's: the next token's generation time starts)."""
 

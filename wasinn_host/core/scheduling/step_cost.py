@@ -45,8 +45,9 @@ class StepCost:
     """``fixed * passes + per_token * tokens + per_cell * cells`` seconds, fitted to the decodes seen."""
 
     def __init__(self) -> None:
-        self._xtx = np.zeros((3, 3))
-        self._xty = np.zeros(3)
+        self._sums = [0.0] * 9
+        """The decayed sums of ``x xᵀ`` (upper triangle, 6) and ``x * seconds`` (3), ``x`` = (passes,
+        tokens, cells): plain floats, as a step records one decode (numpy's small arrays cost more)."""
         self._fit: tuple[float, float, float] | None = None
 
     def record(self, n_tokens: int, n_passes: int, cells: int, seconds: float) -> None:
@@ -54,10 +55,19 @@ class StepCost:
         cells, took ``seconds``."""
         if n_tokens > FIT_MAX_TOKENS or n_tokens <= 0 or n_passes <= 0 or seconds <= 0:
             return
-        x = np.array([float(n_passes), float(n_tokens), float(cells)])
-        self._xtx = self._xtx * _DECAY + np.outer(x, x)
-        self._xty = self._xty * _DECAY + x * seconds
+        u, n, c = float(n_passes), float(n_tokens), float(cells)
+        terms = (u * u, u * n, u * c, n * n, n * c, c * c, u * seconds, n * seconds, c * seconds)
+        self._sums = [total * _DECAY + term for total, term in zip(self._sums, terms)]
         self._fit = None
+
+    @property
+    def _xtx(self) -> np.ndarray:
+        uu, un, uc, nn, nc, cc = self._sums[:6]
+        return np.array([[uu, un, uc], [un, nn, nc], [uc, nc, cc]])
+
+    @property
+    def _xty(self) -> np.ndarray:
+        return np.array(self._sums[6:])
 
     def fit(self) -> tuple[float, float, float]:
         """``(fixed, per_token, per_cell)`` in seconds; ``(1, 1, 0)`` before the decodes tell them apart."""
@@ -67,13 +77,14 @@ class StepCost:
 
     def _solve(self) -> tuple[float, float, float]:
         terms = [0, 1, 2]
+        xtx, xty = self._xtx, self._xty
         while len(terms) >= 2:  # a pass and a token are always fitted; cells when the data tell them apart
-            a = self._xtx[np.ix_(terms, terms)]
+            a = xtx[np.ix_(terms, terms)]
             scale = np.sqrt(np.diag(a))
             if np.any(scale <= 0) or np.linalg.cond(a / np.outer(scale, scale)) > 1e8:
                 terms = terms[:-1]
                 continue
-            solved = np.linalg.solve(a / np.outer(scale, scale), self._xty[terms] / scale) / scale
+            solved = np.linalg.solve(a / np.outer(scale, scale), xty[terms] / scale) / scale
             if len(terms) == 3 and solved[2] < 0:
                 terms = terms[:-1]  # cells that seem to save time: timing noise
                 continue

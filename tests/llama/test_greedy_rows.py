@@ -1,0 +1,112 @@
+"""Greedy rows sampled together, on real llama.cpp: one ``argmax`` over the logits rows of a decode picks
+exactly the tokens the per-row greedy sampler picks, whichever rows a batch asks for; through the host,
+greedy guests in one batch are sampled together and answer as each does alone, and a seeded guest in
+the same batches draws what it draws alone (it keeps llama.cpp's own chain, row by row)."""
+
+from __future__ import annotations
+
+import pathlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from wasinn_host import ModelRegistry, WasiNN
+from wasinn_host.core.config.params import ModelParams, SamplingParams
+from wasinn_host.core.runtime import KvLayout
+from wasinn_host.llama.bindings import llama_cpp
+from wasinn_host.llama.context import LlamaContext
+from wasinn_host.llama.model import LlamaModel
+from wasinn_host.llama.runtime import LlamaRuntime
+from wasinn_host.testing.gguf_models import write_random_model
+
+N_SEQ = 8
+
+
+@pytest.fixture(scope="module")
+def random_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaModel]:
+    path = tmp_path_factory.mktemp("greedy") / "random.gguf"
+    write_random_model(path, n_layer=2, n_embd=64, n_head=2, n_ff=128, n_vocab=2000, seed=7)
+    model = LlamaRuntime().load_model(path, ModelParams(threads=2))
+    yield model
+    model.close()
+
+
+def per_row(context: LlamaContext, index: int) -> tuple[int, int]:
+    """The token numpy's argmax of one row picks, and the token the per-row greedy sampler picks."""
+    row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(context.ptr, index), shape=(context.model.n_vocab,))
+    sampler = context.new_sampler(SamplingParams(temp=0.0))
+    try:
+        assert sampler.argmax_only
+        return int(np.argmax(row)), sampler.sample(context, index)
+    finally:
+        sampler.close()
+
+
+def test_one_argmax_over_the_rows_is_the_per_row_greedy_choice(random_model: LlamaModel) -> None:
+    context = LlamaContext(random_model, ModelParams(threads=2, batch_size=256), KvLayout(64, N_SEQ))
+    batch = context.new_batch()
+    try:
+        # a step of one token per sequence, every token asking for its row (the rows are the batch's)
+        for seq in range(N_SEQ):
+            batch.add(11 + 97 * seq, 0, seq, True)
+        assert context.decode(batch) == 0
+        together = context.greedy_tokens(list(range(N_SEQ)))
+        assert together == [a for a, _ in (per_row(context, i) for i in range(N_SEQ))]
+        assert together == [s for _, s in (per_row(context, i) for i in range(N_SEQ))]
+        assert len(set(together)) > 1, "different rows, different tokens: the test tells rows apart"
+        # prompt chunks of several tokens with a row only at their last: rows are not batch indices
+        batch.clear()
+        lasts = []
+        for seq in range(N_SEQ):
+            for pos in range(1, 4 + seq % 3):
+                index = batch.add(5 + 31 * seq + pos, pos, seq, False)
+            batch.raw.logits[index] = True
+            batch.n_outputs += 1
+            lasts.append(index)
+        assert context.decode(batch) == 0
+        for asked in (lasts, lasts[1::2], lasts[::-1]):
+            assert context.greedy_tokens(asked) == [per_row(context, i)[1] for i in asked]
+    finally:
+        batch.close()
+        context.close()
+
+
+@pytest.fixture
+def host(successor_path: pathlib.Path) -> Iterator[WasiNN]:
+    registry = ModelRegistry([f"succ:GGML:AUTO:{successor_path.parent / 'successor-random.gguf'}"])
+    yield WasiNN(registry=registry)
+    registry.close()
+
+
+def complete(nn: WasiNN, jobs: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Each (prompt, config) completed by its own session, all started at one moment."""
+    texts = [""] * len(jobs)
+    barrier = threading.Barrier(len(jobs))
+
+    def run(i: int) -> None:
+        prompt, config = jobs[i]
+        with nn.session("succ", {"ctx-size": 256, "n-predict": 24, "ignore-eos": True, **config}) as session:
+            barrier.wait()
+            texts[i] = session.complete(prompt)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return texts
+
+
+def test_greedy_guests_together_answer_as_alone_and_a_seeded_one_draws_its_own(host: WasiNN) -> None:
+    greedy: dict[str, Any] = {"temp": 0}
+    seeded: dict[str, Any] = {"temp": 0.9, "seed": 42, "top-k": 0, "top-p": 1.0, "min-p": 0.0}
+    jobs = [(letter, greedy) for letter in "abcdefg"] + [("k", seeded)]
+    alone = [complete(host, [job])[0] for job in jobs]
+    (model,) = host.registry.loaded()
+    before = model.worker.rows_sampled_together
+    assert complete(host, jobs) == alone
+    assert model.worker.rows_sampled_together - before >= 7 * 24, "the greedy rows were sampled together"
+    assert len(set(alone[:7])) == 7 and alone[7], alone
