@@ -22,12 +22,12 @@ STEP_KEYS = {"admit", "plan", "sample", "host", "llama_cpp"}
 
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory: pytest.TempPathFactory) -> Results:
-    """One run of 1 and 3 guests, 6 tokens each, on a small random model."""
+    """One run of 1 and 3 guests, 6 tokens each, on a small random model, llama.cpp with one thread."""
     model = write_random_model(
         tmp_path_factory.mktemp("bench") / "small.gguf", n_layer=2, n_embd=64, n_head=2, n_ff=128, n_vocab=400
     )
     stages: list[str] = []
-    results = run_bench(model, [1, 3], ["compute", "stream"], 6, 12, 1, stages.append)
+    results = run_bench(model, [1, 3], ["compute", "stream"], 6, 12, 1, stages.append, threads=1)
     assert stages[0].startswith("warming up") and stages[-1] == "run 1/1: llama.cpp alone, 3 sequences"
     assert "run 1/1: 3 guests stream" in stages
     return results
@@ -57,14 +57,15 @@ def test_every_guest_answered_and_the_worker_decoded_them_together(small_run: Re
     assert [r["guests"] for r in report["llama_cpp"]] == [1, 3]
     for ref in report["llama_cpp"]:
         assert ref["tokens_per_s"] > 0 and ref["sampled_tokens_per_s"] > 0 and ref["ttft_ms"] > 0
-    assert report["threads"] >= 1 and report["machine"]["cpus"] >= 1
+    assert (report["threads"], report["threads_given"]) == (1, True) and report["machine"]["cpus"] >= 1
+    assert {run.params["threads"] for runs in small_run.host.values() for run in runs} == {1}  # the guests' key
     assert json.loads(json.dumps(report)) == report
 
 
 def test_the_table_has_a_line_per_guests_and_way_and_for_llama_cpp(small_run: Results) -> None:
     lines = table(small_run).splitlines()
     assert lines[0].startswith("model small.gguf (") and "6 tokens a guest after a 12-letter prompt" in lines[0]
-    assert "medians of 1 run " in lines[0]
+    assert "default settings but --threads; llama.cpp threads 1; medians of 1 run " in lines[0]
     rows = [line.split() for line in lines if line.split() and line.split()[0].isdigit()]
     assert [r[:2] for r in rows] == [
         ["1", "compute"],
@@ -102,6 +103,7 @@ def test_the_command_line_writes_the_default_model_json_and_chart(tmp_path: path
     assert progress[-1] == "wasinn bench: run 1/1: llama.cpp alone, 2 sequences"
     report = json.loads(result.stdout)
     assert report["model"].endswith("fast-step.gguf") and report["tokens"] == 4 and report["prompt_letters"] == 32
+    assert report["threads_given"] is False and report["threads"] == len(os.sched_getaffinity(0))
     assert [(r["guests"], r["way"]) for r in report["host"]] == [(1, "stream"), (2, "stream")]
 
     root = ET.parse(chart).getroot()

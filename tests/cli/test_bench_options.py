@@ -24,9 +24,11 @@ def test_the_defaults_are_the_issues_benchmark() -> None:
     ns = build_parser().parse_args(["bench"])
     assert ns.model is None
     assert ns.guests == [1, 8, 32, 64] and ns.ways == ["compute", "stream"]
-    assert (ns.tokens, ns.prompt_letters, ns.runs, ns.json, ns.plot) == (128, 32, 5, False, None)
-    ns = build_parser().parse_args(["bench", "m.gguf", "--guests", "64,8,8,1", "--ways", "stream", "--json"])
-    assert (ns.model, ns.guests, ns.ways, ns.json) == ("m.gguf", [64, 8, 1], ["stream"], True)
+    assert (ns.tokens, ns.prompt_letters, ns.runs, ns.threads, ns.json, ns.plot) == (128, 32, 5, None, False, None)
+    ns = build_parser().parse_args(
+        ["bench", "m.gguf", "--guests", "64,8,8,1", "--ways", "stream", "--threads", "1", "--json"]
+    )
+    assert (ns.model, ns.guests, ns.ways, ns.threads, ns.json) == ("m.gguf", [64, 8, 1], ["stream"], 1, True)
 
 
 @pytest.mark.parametrize(
@@ -50,6 +52,10 @@ def test_the_defaults_are_the_issues_benchmark() -> None:
             ["--ways", "batch"],
             "wasinn: error: argument --ways: ways are compute and stream, comma-separated, got "
             "'batch' (see 'wasinn bench --help')",
+        ),
+        (
+            ["--threads", "two"],
+            "wasinn: error: argument --threads: expected a positive integer, got 'two' (see 'wasinn bench --help')",
         ),
         (
             ["--runs", "0"],
@@ -85,6 +91,9 @@ def test_the_packaged_guest_is_the_one_built_from_guest_examples() -> None:
         "128",
         "32",
     ]
+    assert command(pathlib.Path("m.gguf"), 1, "compute", 8, 4, threads=3)[10] == (
+        'WASINN_CONFIG={"temp":0,"ignore-eos":true,"threads":3}'
+    )
 
 
 def _guest_line(start: int, first: int, end: int, tokens: int = 4) -> str:

@@ -24,7 +24,8 @@ from typing import Any
 GUEST = Path(__file__).with_name("bench.wasm")
 ALIAS = "bench"
 GUEST_CONFIG = {"temp": 0, "ignore-eos": True}
-"""The guests' load config: greedy, and exactly the tokens asked for (everything else the defaults)."""
+"""The guests' load config: greedy, and exactly the tokens asked for (everything else the defaults, and
+``threads`` only when ``wasinn bench --threads`` sets it)."""
 WAYS = ("compute", "stream")
 
 
@@ -54,8 +55,14 @@ class GuestRun:
         return per_step * 1000.0 / self.sequences_per_decode if self.sequences_per_decode else 0.0
 
 
-def command(model: Path, guests: int, way: str, tokens: int, letters: int) -> list[str]:
-    """The ``wasinn run`` command line of one run."""
+def case(guests: int, way: str) -> str:
+    """How a case is named in messages: ``1 guest (compute)``, ``8 guests (stream)``."""
+    return f"{guests} guest{'s' if guests != 1 else ''} ({way})"
+
+
+def command(model: Path, guests: int, way: str, tokens: int, letters: int, threads: int | None = None) -> list[str]:
+    """The ``wasinn run`` command line of one run (``threads``: llama.cpp's threads; None: the host's default)."""
+    config = dict(GUEST_CONFIG, threads=threads) if threads else GUEST_CONFIG
     return [
         sys.executable,
         "-m",
@@ -67,7 +74,7 @@ def command(model: Path, guests: int, way: str, tokens: int, letters: int) -> li
         "--nn-preload",
         f"{ALIAS}:GGML:AUTO:{model}",
         "--env",
-        f"WASINN_CONFIG={json.dumps(GUEST_CONFIG, separators=(',', ':'))}",
+        f"WASINN_CONFIG={json.dumps(config, separators=(',', ':'))}",
         str(GUEST),
         ALIAS,
         way,
@@ -76,18 +83,20 @@ def command(model: Path, guests: int, way: str, tokens: int, letters: int) -> li
     ]
 
 
-def run_guests(model: Path, guests: int, way: str, tokens: int, letters: int, timeout: float) -> GuestRun:
+def run_guests(
+    model: Path, guests: int, way: str, tokens: int, letters: int, timeout: float, threads: int | None = None
+) -> GuestRun:
     """Run ``guests`` instances of the guest answering ``way`` and measure them."""
     try:
         proc = subprocess.run(
-            command(model, guests, way, tokens, letters), capture_output=True, text=True, timeout=timeout
+            command(model, guests, way, tokens, letters, threads), capture_output=True, text=True, timeout=timeout
         )
     except subprocess.TimeoutExpired:
-        raise BenchError(f"{guests} guests ({way}) ran past {timeout:.0f} s") from None
+        raise BenchError(f"{case(guests, way)} ran past {timeout:.0f} s") from None
     errors = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("{")]
     if proc.returncode != 0:
         detail = errors[-1] if errors else f"exit status {proc.returncode}"
-        raise BenchError(f"{guests} guests ({way}): wasinn run failed: {detail}")
+        raise BenchError(f"{case(guests, way)}: wasinn run failed: {detail}")
     return parse_run(guests, way, tokens, proc.stdout, proc.stderr)
 
 
@@ -95,13 +104,13 @@ def parse_run(guests: int, way: str, tokens: int, stdout: str, stderr: str) -> G
     """A :class:`GuestRun` from the guests' lines (stdout) and ``--status`` (the last JSON line of stderr)."""
     lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     if len(lines) != guests:
-        raise BenchError(f"{guests} guests ({way}): {len(lines)} answered")
+        raise BenchError(f"{case(guests, way)}: {len(lines)} answered")
     short = [line["output_tokens"] for line in lines if line["output_tokens"] != tokens]
     if short:
-        raise BenchError(f"{guests} guests ({way}): answers of {short[0]} tokens, not {tokens}")
+        raise BenchError(f"{case(guests, way)}: answers of {short[0]} tokens, not {tokens}")
     statuses = [line for line in stderr.splitlines() if line.startswith("{")]
     if not statuses:
-        raise BenchError(f"{guests} guests ({way}): no --status line")
+        raise BenchError(f"{case(guests, way)}: no --status line")
     (model,) = json.loads(statuses[-1])["models"]
     start = min(line["start_ns"] for line in lines)
     end = max(line["end_ns"] for line in lines)

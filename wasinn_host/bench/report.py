@@ -32,6 +32,8 @@ class Results:
     ways: list[str]
     machine: dict[str, Any]
     date: str
+    threads_given: bool = False
+    """Whether ``--threads`` chose the threads (else they are the host's default)."""
     host: dict[tuple[int, str], list[GuestRun]] = field(default_factory=dict)
     reference: dict[int, list[ReferenceRun]] = field(default_factory=dict)
 
@@ -97,6 +99,7 @@ def to_json(results: Results) -> dict[str, Any]:
         "tokens": results.tokens,
         "prompt_letters": results.prompt_letters,
         "threads": results.threads,
+        "threads_given": results.threads_given,
         "runs": results.runs,
         "guests": results.guests,
         "ways": results.ways,
@@ -109,36 +112,78 @@ def _spread(values: list[float]) -> str:
     return f"{min(values):.0f}-{max(values):.0f}" if values else "-"
 
 
+COLUMNS = (
+    ("guests", 6),
+    ("way", -17),
+    ("tok/s", 9),
+    ("spread", 13),
+    ("vs llama.cpp", 13),
+    ("vs +sampler", 12),
+    ("TTFT ms", 9),
+    ("admit", 7),
+    ("plan", 7),
+    ("sample", 7),
+    ("host", 7),
+    ("llama", 7),
+    ("host us/seq", 12),
+)
+"""The table's columns: (heading, width; negative: left-aligned)."""
+
+
+def _line(cells: list[str]) -> str:
+    """One line of the table: each cell in its column, missing cells empty."""
+    cells = cells + [""] * (len(COLUMNS) - len(cells))
+    return "  ".join(c.ljust(-w) if w < 0 else c.rjust(w) for c, (_, w) in zip(cells, COLUMNS)).rstrip()
+
+
 def table(results: Results) -> str:
     """The human-readable report (``wasinn bench`` without ``--json``)."""
     size = f"{results.model_bytes / 1e6:.1f} MB"
     lines = [
         f"model {os.path.basename(results.model)} ({size}); {results.tokens} tokens a guest after a "
-        f"{results.prompt_letters}-letter prompt, greedy, default settings; llama.cpp threads {results.threads}; "
+        f"{results.prompt_letters}-letter prompt, greedy, default settings"
+        f"{' but --threads' if results.threads_given else ''}; llama.cpp threads {results.threads}; "
         f"medians of {results.runs} run{'s' if results.runs != 1 else ''} (spread: lowest-highest)",
-        f"{'guests':>6}  {'way':<17} {'tok/s':>9} {'spread':>13} {'vs llama.cpp':>12} {'vs +sampler':>11} "
-        f"{'TTFT ms':>8}  {'admit':>6} {'plan':>6} {'sample':>6} {'host':>6} {'llama':>7}  {'host us/seq':>11}",
-        f"{'':>6}  {'':<17} {'':>9} {'':>13} {'':>12} {'':>11} {'':>8}  {'-- ms per step ':->40}  {'per step':>11}",
+        _line([name for name, _ in COLUMNS]),
     ]
     for n in results.guests:
         for way in results.ways:
             row = host_row(results, n, way)
             s = row["step_ms"]
             lines.append(
-                f"{n:>6}  {way:<17} {row['tokens_per_s']:>9.1f} "
-                f"{_spread(row['tokens_per_s_runs']):>13} {row['ratio_to_llama_cpp']:>12.3f} "
-                f"{row['ratio_to_llama_cpp_sampled']:>11.3f} {row['ttft_ms']:>8.1f}  {s['admit']:>6.2f} "
-                f"{s['plan']:>6.2f} {s['sample']:>6.2f} {s['host']:>6.2f} {s['llama_cpp']:>7.2f}  "
-                f"{row['host_us_per_sequence_step']:>11.1f}"
+                _line(
+                    [
+                        str(n),
+                        way,
+                        f"{row['tokens_per_s']:.1f}",
+                        _spread(row["tokens_per_s_runs"]),
+                        f"{row['ratio_to_llama_cpp']:.3f}",
+                        f"{row['ratio_to_llama_cpp_sampled']:.3f}",
+                        f"{row['ttft_ms']:.1f}",
+                        *(f"{s[name]:.2f}" for name, _ in STEP_PHASES),
+                        f"{row['host_us_per_sequence_step']:.1f}",
+                    ]
+                )
             )
         ref = reference_row(results, n)
-        lines.append(f"{n:>6}  {'llama.cpp':<17} {ref['tokens_per_s']:>9.1f} {_spread(ref['tokens_per_s_runs']):>13}")
+        lines.append(_line([str(n), "llama.cpp", f"{ref['tokens_per_s']:.1f}", _spread(ref["tokens_per_s_runs"])]))
         lines.append(
-            f"{n:>6}  {'llama.cpp+sampler':<17} {ref['sampled_tokens_per_s']:>9.1f} "
-            f"{_spread(ref['sampled_tokens_per_s_runs']):>13} {'':>12} {'':>11} {ref['ttft_ms']:>8.1f}"
+            _line(
+                [
+                    str(n),
+                    "llama.cpp+sampler",
+                    f"{ref['sampled_tokens_per_s']:.1f}",
+                    _spread(ref["sampled_tokens_per_s_runs"]),
+                    "",
+                    "",
+                    f"{ref['ttft_ms']:.1f}",
+                ]
+            )
         )
-    lines.append(
-        "vs llama.cpp: host tok/s over llama.cpp decoding as many sequences alone in a process of its own, "
-        "no sampling; vs +sampler: over llama.cpp with a greedy sampler per sequence"
-    )
+    lines += [
+        "vs llama.cpp: the host's tok/s over llama.cpp decoding as many sequences alone in a process of its own, "
+        "no sampling; vs +sampler: over llama.cpp with a greedy sampler per sequence",
+        "admit, plan, sample, host (their sum), llama: ms per step (--status's step_time); host us/seq: the host's "
+        "own time per sequence per step",
+    ]
     return "\n".join(lines)

@@ -16,11 +16,12 @@ import os
 import platform
 import tempfile
 from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
 from ..launch.compile_cache import default_cache_dir
-from .guests import GuestRun, run_guests
+from .guests import BenchError, GuestRun, run_guests
 from .reference import ReferenceRun, reference_run
 from .reference_process import native, shutdown
 from .report import Results
@@ -88,8 +89,10 @@ def run_bench(
     runs: int,
     progress: Callable[[str], None],
     timeout: float = 600.0,
+    threads: int | None = None,
 ) -> Results:
-    """Every run, alternating the host and the reference; ``progress`` is told what runs now."""
+    """Every run, alternating the host and the reference; ``progress`` is told what runs now; ``threads``:
+    llama.cpp's threads on both sides (None: the host's default, all cores, for both)."""
     results = Results(
         model=str(model),
         model_bytes=model.stat().st_size,
@@ -100,24 +103,28 @@ def run_bench(
         ways=ways,
         machine=machine(),
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        threads_given=threads is not None,
     )
     ctx_size = -(-(letters + tokens + 16) // 256) * 256
     layers = reference_layers()
     try:
         progress("warming up: the guest compiled, the model loaded")
-        warm = run_guests(model, 1, ways[0], min(tokens, 8), letters, timeout)
+        warm = run_guests(model, 1, ways[0], min(tokens, 8), letters, timeout, threads)
         results.threads = reference_threads(warm)
         native(reference_run, str(model), 1, letters, min(tokens, 8), results.threads, ctx_size, layers, 0)
         for run in range(runs):
             for n in guests:
                 for way in ways:
                     progress(f"run {run + 1}/{runs}: {n} guest{'s' if n > 1 else ''} {way}")
-                    results.host.setdefault((n, way), []).append(run_guests(model, n, way, tokens, letters, timeout))
+                    one = run_guests(model, n, way, tokens, letters, timeout, threads)
+                    results.host.setdefault((n, way), []).append(one)
                 progress(f"run {run + 1}/{runs}: llama.cpp alone, {n} sequence{'s' if n > 1 else ''}")
                 ref: ReferenceRun = native(
                     reference_run, str(model), n, letters, tokens, results.threads, ctx_size, layers, run + 1
                 )
                 results.reference.setdefault(n, []).append(ref)
+    except BrokenProcessPool:
+        raise BenchError("llama.cpp alone: its process died on this model") from None
     finally:
         shutdown()
     return results

@@ -102,6 +102,13 @@ def add_bench_parser(commands: Any) -> None:
         metavar="N",
         help="each guest's prompt: N random letters, no two alike (default 32)",
     )
+    bench.add_argument(
+        "--threads",
+        type=_positive,
+        metavar="N",
+        help="llama.cpp threads of the guests (the threads config key) and of llama.cpp alone (default: the "
+        "host's, all cores); on a machine busy with other work, the cores that are idle",
+    )
     bench.add_argument("--runs", type=_positive, default=5, metavar="N", help="runs of each case; medians (default 5)")
     bench.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
     bench.add_argument("--plot", metavar="FILE.svg", help="also write a chart of tokens/s against guests (SVG)")
@@ -142,7 +149,9 @@ def bench_command(ns: argparse.Namespace) -> int:
     progress = Progress(sys.stderr)
     try:
         model = Path(ns.model) if ns.model is not None else default_model()
-        results = run_bench(model, ns.guests, ns.ways, ns.tokens, ns.prompt_letters, ns.runs, progress)
+        results = run_bench(
+            model, ns.guests, ns.ways, ns.tokens, ns.prompt_letters, ns.runs, progress, threads=ns.threads
+        )
     except (BenchError, ModelToolsMissing, RuntimeError) as exc:
         progress.done()
         return fail(str(exc))
