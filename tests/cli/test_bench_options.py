@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from wasinn_host.bench.guests import GUEST, BenchError, command, parse_run
-from wasinn_host.bench.plot import svg_chart
+from wasinn_host.bench.plot import chart_title, svg_chart
 from wasinn_host.cli import build_parser
 
 pytestmark = pytest.mark.fast
@@ -173,6 +173,14 @@ def test_the_chart_has_a_point_per_figure_on_its_axes() -> None:
     llama = [float(c.get("cy", "0")) for c in circles["llama.cpp"]]
     assert min(llama) >= 40 and all(y < compute[0][1] for y in llama[1:])
     assert circles["compute"][1].find(f"{SVG}title").text == "wasinn, compute: 8 guests, 2100.5 tokens/s"  # type: ignore[union-attr]
+
+
+def test_the_title_names_the_model_tokens_threads_and_date() -> None:
+    report = {"model": "/m/fast-step.gguf", "tokens": 128, "threads": 1, "date": "2026-11-27 14:54 UTC"}
+    assert (
+        chart_title(report)
+        == "wasinn bench: fast-step.gguf, 128 tokens a guest, 1 llama.cpp thread, 2026-11-27 14:54 UTC"
+    )
 
 
 def test_one_guest_count_is_drawn_in_the_middle() -> None:

@@ -30,6 +30,13 @@ def series_from(report: dict[str, Any]) -> dict[str, list[tuple[int, float]]]:
     return series
 
 
+def chart_title(report: dict[str, Any]) -> str:
+    """The chart's title: the model, the tokens, llama.cpp's threads and the date of ``report``."""
+    model = report["model"].replace("\\", "/").rsplit("/", 1)[-1]
+    threads = f"{report['threads']} llama.cpp thread{'s' if report['threads'] != 1 else ''}"
+    return f"wasinn bench: {model}, {report['tokens']} tokens a guest, {threads}, {report['date']}"
+
+
 def _nice_top(value: float) -> float:
     """The smallest 1, 2 or 5 x 10^k at or above ``value``."""
     if value <= 0:
@@ -86,7 +93,8 @@ def svg_chart(report: dict[str, Any], title: str) -> str:
         for n, v in sorted(points):
             out.append(
                 f'<circle cx="{x(n):.1f}" cy="{y(v):.1f}" r="3.5" fill="{colour}" data-guests="{n}" '
-                f'data-tokens-per-s="{v:g}"><title>{escape(label)}: {n} guests, {v:.1f} tokens/s</title></circle>'
+                f'data-tokens-per-s="{v:g}"><title>{escape(label)}: {n} guest{"s" if n != 1 else ""}, {v:.1f} tokens/s'
+                f"</title></circle>"
             )
         legend_y = TOP + 10 + index * 20
         out.append(

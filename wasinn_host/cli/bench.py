@@ -137,7 +137,7 @@ class Progress:
 def bench_command(ns: argparse.Namespace) -> int:
     """``wasinn bench``: 0 with the report printed, 2 with one error line."""
     from ..bench.guests import BenchError
-    from ..bench.plot import svg_chart
+    from ..bench.plot import chart_title, svg_chart
     from ..bench.report import table, to_json
     from ..bench.runner import default_model, run_bench
     from ..testing.model_catalog import ModelToolsMissing
@@ -161,9 +161,8 @@ def bench_command(ns: argparse.Namespace) -> int:
     progress.done()
     report = to_json(results)
     if ns.plot is not None:
-        title = f"wasinn bench: {os.path.basename(results.model)}, {results.tokens} tokens a guest"
         try:
-            Path(ns.plot).write_text(svg_chart(report, title), encoding="utf-8")
+            Path(ns.plot).write_text(svg_chart(report, chart_title(report)), encoding="utf-8")
         except OSError as exc:
             return fail(f"--plot {ns.plot}: {exc.strerror or exc}")
     print(json.dumps(report, indent=2) if ns.json else table(results))
