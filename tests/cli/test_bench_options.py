@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from wasinn_host.bench.guests import GUEST, BenchError, command, parse_run
+from wasinn_host.bench.guests import GUEST, BenchError, command, failure, parse_run
 from wasinn_host.bench.plot import chart_title, svg_chart
 from wasinn_host.cli import build_parser
 
@@ -123,6 +123,18 @@ def test_a_run_is_read_from_the_guests_clocks_and_the_status_line() -> None:
     assert run.ttft_ms == pytest.approx(30.0)  # the median of 20 and 40 ms
     assert run.host_us_per_sequence_step == pytest.approx(250.0)
     assert run.step_time["steps"] == 9
+
+
+def test_a_failed_run_is_told_by_the_hosts_line_else_the_guests() -> None:
+    stderr = (
+        "wasinn: WARNING: wasi-nn load_by_name_with_config: llama.cpp could not load model file 'm.gguf': "
+        "invalid magic characters\nwasi-nn error: load_by_name_with_config returned 1\n"
+    )
+    assert failure(stderr, 1) == "wasi-nn load_by_name_with_config: llama.cpp could not load model file 'm.gguf': " + (
+        "invalid magic characters"
+    )
+    assert failure("wasi-nn error: compute returned 101\n", 1) == "wasi-nn error: compute returned 101"
+    assert failure("", 134) == "exit status 134"
 
 
 @pytest.mark.parametrize(

@@ -93,11 +93,17 @@ def run_guests(
         )
     except subprocess.TimeoutExpired:
         raise BenchError(f"{case(guests, way)} ran past {timeout:.0f} s") from None
-    errors = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("{")]
     if proc.returncode != 0:
-        detail = errors[-1] if errors else f"exit status {proc.returncode}"
-        raise BenchError(f"{case(guests, way)}: wasinn run failed: {detail}")
+        raise BenchError(f"{case(guests, way)}: wasinn run failed: {failure(proc.stderr, proc.returncode)}")
     return parse_run(guests, way, tokens, proc.stdout, proc.stderr)
+
+
+def failure(stderr: str, code: int) -> str:
+    """Why a ``wasinn run`` failed, in one line: the host's last message (its log or its error line,
+    which name the cause), else the guest's last line, else the exit status."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip() and not line.startswith("{")]
+    host = [line.split(": ", 2)[-1] for line in lines if line.startswith("wasinn: ")]
+    return host[-1] if host else lines[-1] if lines else f"exit status {code}"
 
 
 def parse_run(guests: int, way: str, tokens: int, stdout: str, stderr: str) -> GuestRun:
