@@ -11,7 +11,9 @@
 #      built from the sdist in the folder with -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90 on every core
 #      (the node's scikit-build-core, CMake, ninja and nvcc; no build isolation)
 #   3. wasinn info --json; the GPU tests (tests/gpu, pytest -m gpu) and the CPU-build checks beside them
-#   4. the benchmarks, GPU against native llama.cpp on the same GPU: single stream (bench_host.py),
+#   4. the benchmarks, GPU against native llama.cpp on the same GPU: `wasinn bench` first (what a user
+#      runs: 1/8/32/64 guests computing and streaming on the fast-step model, against llama.cpp alone;
+#      its JSON and chart land in $OUT as bench.json and bench.svg), then single stream (bench_host.py),
 #      8/32/64 guests against batched decoding and prefix reuse (bench_concurrency.py), wasinn serve over
 #      a unix socket against in-process (bench_rpc.py), serving with default settings: computing once,
 #      prompt first, streaming, with the worker's phases per step (bench_serving.py), 7 streams while a
@@ -19,7 +21,8 @@
 #
 # Everything lands under $OUT (default .gpu/out): on_device.log (all output), figures.json (each step's
 # seconds, exit status and output, the build time, the devices; rewritten after every step, so a run cut
-# off, by a batch job's time limit for example, keeps what was done), info.json, gpu-tests.xml. A step
+# off, by a batch job's time limit for example, keeps what was done), info.json, gpu-tests.xml, and
+# wasinn bench's bench.json and chart bench.svg. A step
 # that fails is recorded and the next one still runs; each has a time limit (the build 9 minutes, the
 # tests 5, each benchmark 4 or 5), so a run takes about 10 minutes after the install; the script's status
 # is that of the GPU tests. A build is cached in /tmp/wasinn-build: run again, it is reused. The installed
@@ -85,6 +88,7 @@ if ((dry)); then
     fit_args=(--over 0.25 --n-parallel 4 --tokens 8)
     serving=(--n 1,2 --runs 1 --tokens 8)
     mixed=(--runs 1 --streams 2 --stream-tokens 16 --long-tokens 300)
+    wasinn_bench=(--guests 1,2 --tokens 8 --runs 1)
     model_size=small
     build_limit=3600  # 2 shared cores: the CPU build takes 7 minutes alone, far longer under load
 else
@@ -97,6 +101,7 @@ else
     fit_args=(--tokens 64)
     serving=(--n 1,8,32,64 --runs 3 --threads 8)
     mixed=(--runs 3 --threads 8)
+    wasinn_bench=(--runs 3)
     model_size=1b
     build_limit=540
     nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version --format=csv || true
@@ -159,6 +164,9 @@ tests_rc=$?
 
 bench=$cache/bench
 mkdir -p "$bench"
+# shellcheck disable=SC2016  # the inner shell's arguments
+step bench 300 bash -c '"$1" -m wasinn_host bench "${@:4}" --json --plot "$2" >"$3" && cat "$3"' bench "$py" \
+    "$out/bench.svg" "$out/bench.json" "${wasinn_bench[@]}"
 step bench_model 300 "$py" scripts/gpu/device_bench.py model "$bench/model.gguf" --size "$model_size"
 step bench_single_stream 240 "$py" scripts/benchmarks/bench_host.py --model "$bench/model.gguf" --no-grammar \
     --calls 2000 "${sizes[@]}"

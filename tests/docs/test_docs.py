@@ -113,6 +113,7 @@ def test_cli_reference_lists_every_option_of_every_command() -> None:
         "model demo",
         "model tts",
         "model vocoder",
+        "bench",
     }
     pages = sections("docs/reference/cli.md")
     for command in commands:

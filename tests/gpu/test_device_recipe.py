@@ -2,7 +2,8 @@
 the wheels ``scripts/gpu/prepare_device.sh`` put in ``.gpu/device`` without an index into a fresh Python 3.12
 environment, builds llama-cpp-python from the folder's sdist (for the CPU: no nvcc here; cached by the
 sdist's hash), runs the GPU tests (skipped here, with the reason) and the CPU-build checks, and every
-benchmark step in small sizes, and writes the figures JSON and the log.
+benchmark step in small sizes (``wasinn bench`` first, its JSON and chart beside the figures), and writes
+the figures JSON and the log.
 
 Needs ``.gpu/device`` (``scripts/gpu/prepare_device.sh``, a minute) and ``python3.12``; the first run
 builds llama.cpp (about 7 minutes on 2 cores), later runs take about 3.
@@ -50,6 +51,7 @@ STEPS = [
     "install_llama_cpp",
     "info",
     "gpu_tests",
+    "bench",
     "bench_model",
     "bench_single_stream",
     "bench_concurrency",
@@ -72,7 +74,14 @@ def test_the_dry_run_installs_the_carried_wheels_without_an_index_and_runs_the_c
         timeout=5400,  # a first run builds llama.cpp: 7 minutes alone, far longer on shared cores
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["figures.json", "gpu-tests.xml", "info.json", "on_device.log"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "bench.json",
+        "bench.svg",
+        "figures.json",
+        "gpu-tests.xml",
+        "info.json",
+        "on_device.log",
+    ]
     figures = json.loads((tmp_path / "figures.json").read_text())
     assert figures["dry_run"] is True
     steps = {s["step"]: s for s in figures["steps"]}
@@ -97,6 +106,10 @@ def test_the_dry_run_installs_the_carried_wheels_without_an_index_and_runs_the_c
     assert all("no GPU backend in this llama.cpp build" in (s.get("message") or "") for s in skipped if s is not None)
     assert len(cases) - len(skipped) >= 10, "the CPU-build checks ran"
 
+    bench = json.loads((tmp_path / "bench.json").read_text())
+    assert [(r["guests"], r["way"]) for r in bench["host"]] == [(n, w) for n in (1, 2) for w in ("compute", "stream")]
+    assert bench["model"].endswith("fast-step.gguf") and bench["machine"]["gpu_offload"] is False
+    assert ET.parse(tmp_path / "bench.svg").getroot().tag == "{http://www.w3.org/2000/svg}svg"
     fit = json.loads(steps["bench_does_not_fit"]["output"].strip().splitlines()[-1])
     assert fit["answered"] is True and fit["n_gpu_layers"] == 0, fit
     assert "ratio host/native" in steps["bench_single_stream"]["output"]

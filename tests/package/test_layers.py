@@ -29,6 +29,7 @@ ROOT = "wasinn_host"
 
 LAYERS: list[tuple[str, ...]] = [
     ("cli",),
+    ("bench",),
     ("pytest_plugin", "testing"),
     ("host", "session"),
     ("launch",),

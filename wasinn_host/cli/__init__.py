@@ -2,8 +2,8 @@
 
 ``wasinn run`` (:mod:`.run`) launches guests, ``wasinn serve`` (:mod:`.serve`) serves models over
 gRPC, ``wasinn info`` (:mod:`.info`) and ``wasinn model`` (:mod:`.model`) describe the build and write
-the built-in test models.  User-facing errors are one line on stderr (``wasinn: error: ...``) and
-exit code 2, never a traceback.
+the built-in test models, ``wasinn bench`` (:mod:`.bench`) measures serving against llama.cpp alone.
+User-facing errors are one line on stderr (``wasinn: error: ...``) and exit code 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .. import __version__
+from .bench import add_bench_parser, bench_command
 from .info import add_info_parser, info_command
 from .model import add_model_parser, model_command
 from .options import EXIT_USAGE, OneLineParser, say
@@ -33,6 +34,7 @@ def build_parser() -> OneLineParser:
     add_serve_parser(commands)
     add_info_parser(commands)
     add_model_parser(commands)
+    add_bench_parser(commands)
     return parser
 
 
@@ -48,6 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return info_command(ns)
         if ns.command == "model":
             return model_command(ns)
+        if ns.command == "bench":
+            return bench_command(ns)
         return serve_command(ns) if ns.command == "serve" else run_command(ns)
     except KeyboardInterrupt:
         say("wasinn: interrupted")  # after every guest has stopped writing (launch.runner.run_instances)
