@@ -19,7 +19,7 @@ DEFAULT_STEP_BUDGET = 8.0
 Measured with ``bench_mixed_load.py`` (2-core AVX-512 machine, 7 streams + a 2,300-token prompt, medians
 of 5): 8 cuts the streams' p99 gap from 1,017 to 178 ms and their longest from 2,072 to 292 ms, with
 their median 27 ms (20 unchunked), and delays the long prompt's first token 1.82x.  No budget keeps both
-p99/p50 within 3 and the delay within 1.5x on a CPU (docs/benchmarks.md says why); 8 misses each by
+p99/p50 within 3 and the delay within 1.5x on a CPU (docs/benchmarks-history.md says why); 8 misses each by
 about as much (3 gives p99/p50 1.5 and a 2.3x delay, 12 gives 9.6 and 1.6x)."""
 DEFAULT_LOGITS_ROWS = 0
 """Rows of logits one ``llama_decode`` computes at most by default (``decode-logits-rows``): no cap.

@@ -10,7 +10,7 @@ of both buffers, so only ``rows`` of each are ever touched.  A part is a run of 
 the batch (each job's tokens are together, in sequence-id order): a job is never split (its draft rows
 are verified together), and one with more rows than the cap is a part of its own.  Each part costs a
 pass over the weights, so the cap trades throughput for memory: it is off unless a model is loaded
-with it (see docs/benchmarks.md).
+with it (see docs/benchmarks-history.md).
 """
 
 from __future__ import annotations
