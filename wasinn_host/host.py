@@ -43,7 +43,7 @@ from .launch.guest_load import Guest, GuestError, ModuleSource, load_guest
 from .launch.guest_run import RunOptions, run_guest
 from .observability.metrics import serve_metrics
 from .session import Session
-from .sockets import SocketLayer, SocketPolicy
+from .sockets import ListenerGroup, SocketLayer, SocketPolicy
 
 if TYPE_CHECKING:  # imported when first used: a core module run needs neither gRPC nor the component front end
     from .rpc.endpoint import ClientOptions
@@ -162,6 +162,7 @@ class WasiNN:
         allowed_models: Iterable[str] | None = None,
         dirs: Sequence[tuple[str, str]] = (),
         stdout: PieceSink | None = None,
+        listeners: ListenerGroup | None = None,
     ) -> None:
         """Give ``store`` its own handle and resource tables, for core modules and components (freed
         with the Store).
@@ -172,6 +173,8 @@ class WasiNN:
         guest's WASI stdout goes (:class:`~wasinn_host.guest.stdout.GuestStdout`'s ``write``); the default
         writes to this process's file descriptor 1, where ``WasiConfig.inherit_stdout`` sends the guest's.
         It is called on the model's worker thread and must not block; a failure logs one line.
+        ``listeners`` (one :class:`~wasinn_host.sockets.shared.ListenerGroup` for several Stores running
+        the same server guest) lets them listen on one address, as ``wasinn run --instances N`` does.
         """
         allowed = tuple(allowed_models) if allowed_models is not None else None
         sink = stdout or inherited_stdout
@@ -184,7 +187,7 @@ class WasiNN:
                 wit = self._wit
         if wit is not None:
             wit.attach(store, allowed, dirs, sink)
-        self.sockets.attach(store)
+        self.sockets.attach(store, listeners)
 
     def detach(self, store: wasmtime.Store) -> None:
         """Free ``store``'s graphs, execution contexts and tensors now."""

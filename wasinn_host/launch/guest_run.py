@@ -19,6 +19,7 @@ import wasmtime.component
 
 from ..guest.stdout import GuestStdout, PieceSink
 from ..guest.wasm_errors import first_line
+from ..sockets.shared import ListenerGroup
 from .guest_load import Guest, GuestError, ModuleSource
 from .guest_stop import GuestStop
 from .import_check import check_imports
@@ -44,6 +45,10 @@ class RunOptions:
     something advancing the engine's epoch, as :func:`wasinn_host.launch.runner.run_instances` does)."""
     close_fds: tuple[int, ...] = ()
     """Host file descriptors to close when the guest ends (pipe ends given as /dev/fd/N)."""
+    listeners: ListenerGroup | None = None
+    """Shared by the runs of one server guest, lets them listen on one address (one stream socket
+    bound once, every instance accepting on it); :func:`wasinn_host.launch.runner.run_instances` gives its
+    instances one.  ``None``: the guest's binds are its own."""
 
 
 class LinkingHost(Protocol):
@@ -64,6 +69,7 @@ class LinkingHost(Protocol):
         allowed_models: Iterable[str] | None = None,
         dirs: Sequence[tuple[str, str]] = (),
         stdout: PieceSink | None = None,
+        listeners: ListenerGroup | None = None,
     ) -> None:
         """Give ``store`` its per-Store state."""
 
@@ -106,7 +112,7 @@ def _run_in_store(
         else:
             store.set_epoch_deadline(2**62)
     store.set_wasi(_wasi_config(module, args, options, stdout))
-    host.attach(store, dirs=options.dirs, stdout=stdout.write)
+    host.attach(store, dirs=options.dirs, stdout=stdout.write, listeners=options.listeners)
     trap = None
     try:
         if isinstance(compiled, wasmtime.component.Component):

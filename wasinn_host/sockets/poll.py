@@ -68,6 +68,7 @@ def poll_oneoff(call: Call, in_ptr: int, out_ptr: int, count: int, nevents_ptr: 
     view.address(out_ptr, EVENT_SIZE * count, f"{count} events")
     view.address(nevents_ptr, 4, "nevents")
     subs = [_parse(raw, SUBSCRIPTION_SIZE * i) for i in range(count)]
+    call.state.accepted.clear()  # a shared listener may hand this Store its next connection (.shared)
     entries = call.state.entries
     if not any(sub.tag != EVENTTYPE_CLOCK and sub.fd in entries for sub in subs):
         return call.passthrough("poll_oneoff", in_ptr, out_ptr, count, nevents_ptr)
