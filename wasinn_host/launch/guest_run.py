@@ -76,6 +76,9 @@ class LinkingHost(Protocol):
     def detach(self, store: wasmtime.Store) -> None:
         """Free ``store``'s per-Store state."""
 
+    def cancel_store(self, store: wasmtime.Store) -> None:
+        """Stop the inference ``store``'s guest waits in (and its socket waits)."""
+
 
 _CHECKED: weakref.WeakSet[wasmtime.Linker] = weakref.WeakSet()
 """Linkers whose module's imports were checked (:func:`.import_check.check_imports`)."""
@@ -113,6 +116,8 @@ def _run_in_store(
             store.set_epoch_deadline(2**62)
     store.set_wasi(_wasi_config(module, args, options, stdout))
     host.attach(store, dirs=options.dirs, stdout=stdout.write, listeners=options.listeners)
+    if options.stop is not None:
+        options.stop.watch(id(store), lambda: host.cancel_store(store))
     trap = None
     try:
         if isinstance(compiled, wasmtime.component.Component):
@@ -123,6 +128,8 @@ def _run_in_store(
     except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
         trap = first_line(exc)
     finally:
+        if options.stop is not None:
+            options.stop.unwatch(id(store))
         host.detach(store)
         store.close()  # now, not when a traceback lets go of it: the guest's files (pipes) close here
         del stop_hook
