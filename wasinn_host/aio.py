@@ -22,6 +22,7 @@ deadline and cancels its inference, and returns once the guest has ended and its
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -63,6 +64,8 @@ class AsyncHost(Protocol):
     ) -> Session:
         """A blocking session on ``name``."""
 
+
+log = logging.getLogger("wasinn_host")
 
 STREAM_QUEUE = 32
 """Pieces of one stream that may wait for its consumer before the worker stops stepping it."""
@@ -372,7 +375,7 @@ async def run_guest_async(
     guest = nn.load_guest(module)
     stop = GuestStop()
     options = replace(options or RunOptions(), stop=stop)
-    pumps: list[asyncio.Task[None]] = []
+    pumps: list[_Pump] = []
     close_fds: list[int] = []
     for field_name, output in (("stdout", stdout), ("stderr", stderr)):
         if output is None:
@@ -381,7 +384,7 @@ async def run_guest_async(
         close_fds.append(write_end)
         path = f"/dev/fd/{write_end}"
         options = replace(options, stdout=path) if field_name == "stdout" else replace(options, stderr=path)
-        pumps.append(loop.create_task(_pump(loop, read_end, output)))
+        pumps.append(_Pump(loop, read_end, output))
     options = replace(options, close_fds=options.close_fds + tuple(close_fds))
     try:
         running = loop.run_in_executor(pool.executor(nn), nn.run, guest, args, options)
@@ -393,28 +396,65 @@ async def run_guest_async(
         return await asyncio.shield(running)
     except asyncio.CancelledError:
         stop.interrupt()  # its wasm traps at the next epoch check; a compute it waits in fails now
+        for pump in pumps:
+            pump.discard()  # the caller is gone: a guest writing must not wait for its callbacks
         try:
-            await asyncio.wait_for(asyncio.shield(running), None)
-        except BaseException:
+            await asyncio.shield(running)
+        except Exception:
             pass
         raise
     finally:
         for pump in pumps:
-            try:
-                await pump
-            except Exception:
-                pass
+            await pump.finished()
 
 
-async def _pump(loop: asyncio.AbstractEventLoop, fd: int, output: AsyncSink | bytearray) -> None:
-    """Copy the pipe ``fd`` to ``output`` until its writer closes it (a slow callback makes the guest wait)."""
-    reader = asyncio.StreamReader()
-    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", 0))
-    try:
-        while chunk := await reader.read(1 << 16):
-            if isinstance(output, bytearray):
-                output += chunk
-            else:
-                await output(chunk)
-    finally:
-        transport.close()
+class _Pump:
+    """Copies a guest's output pipe to an async callback or a bytearray until the guest closes it (a slow
+    callback makes the guest wait: back-pressure through the pipe)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, output: AsyncSink | bytearray) -> None:
+        self._output = output
+        self._discarding = False
+        self._delivery: asyncio.Future[Any] | None = None
+        self._task = loop.create_task(self._copy(loop, fd))
+
+    async def _copy(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        reader = asyncio.StreamReader()
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", 0)
+        )
+        try:
+            while chunk := await reader.read(1 << 16):
+                if self._discarding:
+                    continue
+                if isinstance(self._output, bytearray):
+                    self._output += chunk
+                    continue
+                self._delivery = asyncio.ensure_future(self._output(chunk))
+                try:
+                    await self._delivery
+                except asyncio.CancelledError:
+                    if not self._discarding:
+                        raise
+                except Exception as exc:  # the guest must not wait on a pipe nobody reads: drop the rest
+                    log.error(
+                        "a guest output callback failed (%s: %s); the rest of the output is dropped",
+                        type(exc).__name__,
+                        exc,
+                    )
+                    self._discarding = True
+        finally:
+            transport.close()
+
+    def discard(self) -> None:
+        """From now on read and drop the output (the run was cancelled)."""
+        self._discarding = True
+        if self._delivery is not None and not self._delivery.done():
+            self._delivery.cancel()
+
+    async def finished(self) -> None:
+        """Wait until the guest has closed the pipe and everything was delivered (errors are dropped)."""
+        try:
+            await asyncio.shield(self._task)
+        except Exception:
+            pass
