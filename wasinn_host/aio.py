@@ -374,7 +374,8 @@ async def run_guest_async(
     loop = asyncio.get_running_loop()
     guest = nn.load_guest(module)
     stop = GuestStop()
-    options = replace(options or RunOptions(), stop=stop)
+    options = options or RunOptions()
+    options = replace(options, stop=stop, stdin=options.stdin or os.devnull)  # a service's stdin is not the guest's
     pumps: list[_Pump] = []
     close_fds: list[int] = []
     for field_name, output in (("stdout", stdout), ("stderr", stderr)):

@@ -295,7 +295,8 @@ class WasiNN:
         """:meth:`run` for asyncio code: the guest runs on a pool of ``guest_threads`` threads and its exit
         code is returned (:class:`GuestError` as :meth:`run`).  ``stdout``/``stderr``: an async callback
         that receives the output a chunk at a time (a slow one makes the guest wait), a bytearray that
-        collects it, or None (``options``' destination).  Cancelling the awaiting task interrupts the
+        collects it, or None (``options``' destination); its stdin is ``options.stdin`` or empty (never the
+        host's).  Cancelling the awaiting task interrupts the
         guest (needs ``interruptible=True``): it traps, a compute it waits in ends at the next step, and
         the call returns once its contexts and sequences are freed."""
         return await run_guest_async(self, self._guest_pool, module, args, options, stdout, stderr)
