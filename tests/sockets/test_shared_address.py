@@ -21,6 +21,9 @@ from wasinn_host.sockets import ListenerGroup
 from wasinn_host.testing.gguf_models import successor_text
 from wasinn_host.testing.guest_runs import GUESTS
 
+from .probe import AGAIN, FD, Probe, fd_sub, probe_port
+
+NONBLOCK = 4  # WASI's FDFLAGS_NONBLOCK
 SERVER = GUESTS / "chat_server.wasm"
 WAIT = 60.0  # seconds: the longest any wait in these tests may take
 PROMPTS = ("abc", "hello", "u", "xy", "mnop", "b")
@@ -198,3 +201,32 @@ def test_wasinn_run_instances_answer_concurrent_chats_on_one_port(preload_specs:
     byes = [line for line in out.splitlines() if line.startswith("bye after ")]
     assert len(byes) == 3 and sum(int(line.split()[2]) for line in byes) == len(PROMPTS), out
     assert port_is_free(port)
+
+
+def test_a_shared_listener_gives_an_instance_one_connection_per_poll(nn: WasiNN, tmp_path: pathlib.Path) -> None:
+    """Two probes in one ListenerGroup bind port 0 and listen on one port; with connections waiting, the first
+    probe's non-blocking accept takes one, its next accept answers AGAIN (the other connection is left to
+    the siblings), and after a poll_oneoff it may accept again; the sibling accepts from the same queue."""
+    group = ListenerGroup()
+    first, second = Probe(nn, tmp_path / "a.out", group), Probe(nn, tmp_path / "b.out", group)
+    listener, port = first.listener()
+    sibling = second.socket()
+    assert second("sock_bind", sibling, second.address("127.0.0.1"), 0) == 0  # as the first did: port 0
+    assert second("sock_listen", sibling, 5) == 0
+    assert probe_port(second, sibling) == port
+    for probe, fd in ((first, listener), (second, sibling)):
+        assert probe("fd_fdstat_set_flags", fd, NONBLOCK) == 0
+    clients = [socket.create_connection(("127.0.0.1", port), timeout=WAIT) for _ in range(3)]
+    try:
+        assert first("sock_accept", listener, 0, FD) == 0
+        assert first("sock_accept", listener, 0, FD) == AGAIN  # one per poll, though two more wait
+        assert first.poll([fd_sub(7, 1, listener)])[0][:2] == (7, 0)  # readable: connections wait
+        assert first("sock_accept", listener, 0, FD) == 0
+        assert second("sock_accept", sibling, 0, FD) == 0  # the third, from the one queue
+        assert second("sock_accept", sibling, 0, FD) == AGAIN
+    finally:
+        for client in clients:
+            client.close()
+        first.nn.detach(first.store)
+        second.nn.detach(second.store)
+    assert len(group) == 0
