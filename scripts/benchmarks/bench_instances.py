@@ -30,8 +30,8 @@ SERVER = ROOT / "guest_examples" / "chat_server.wasm"
 WAIT = 600.0
 
 
-def run_once(model: str, instances: int, clients: int, chats: int, tokens: int) -> tuple[float, float]:
-    """One run: (aggregate generated tokens/s, median chat seconds)."""
+def run_once(model: str, instances: int, clients: int, chats: int, tokens: int) -> tuple[float, float, float]:
+    """One run: (aggregate generated tokens/s, median chat seconds, sequences per decode)."""
     config = json.dumps({"n-predict": tokens, "ignore-eos": True})
     command = [sys.executable, "-m", "wasinn_host", "run", "--status", "--instances", str(instances)]
     command += ["--env", f"WASINN_CONFIG={config}", "--nn-preload", f"default:GGML:AUTO:{model}"]
@@ -71,7 +71,8 @@ def run_once(model: str, instances: int, clients: int, chats: int, tokens: int) 
     status = json.loads(err.strip().splitlines()[-1])
     generated = status["performance"]["generated_tokens"]
     assert generated == clients * chats * tokens, (generated, clients * chats * tokens)
-    return generated / wall, statistics.median(latencies)
+    per_decode = status["models"][0]["sequences_per_decode"]
+    return generated / wall, statistics.median(latencies), per_decode
 
 
 def main() -> None:
@@ -85,11 +86,15 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     arms = [int(n) for n in args.n.split(",")]
-    results: dict[int, list[tuple[float, float]]] = {n: [] for n in arms}
+    results: dict[int, list[tuple[float, float, float]]] = {n: [] for n in arms}
     for run in range(args.runs):
         for n in arms if run % 2 == 0 else reversed(arms):
             results[n].append(run_once(args.model, n, args.clients, args.chats, args.tokens))
-            print(f"run {run} instances {n}: {results[n][-1][0]:.1f} tok/s, chat {results[n][-1][1]:.2f} s", flush=True)
+            rate, chat, per_decode = results[n][-1]
+            print(
+                f"run {run} instances {n}: {rate:.1f} tok/s, chat {chat:.2f} s, {per_decode} sequences/decode",
+                flush=True,
+            )
     base = statistics.median(r[0] for r in results[arms[0]])
     print(f"\n{args.clients} clients x {args.chats} chats x {args.tokens} tokens, model {args.model}")
     for n in arms:

@@ -206,7 +206,8 @@ def test_wasinn_run_instances_answer_concurrent_chats_on_one_port(preload_specs:
 def test_a_shared_listener_gives_an_instance_one_connection_per_poll(nn: WasiNN, tmp_path: pathlib.Path) -> None:
     """Two probes in one ListenerGroup bind port 0 and listen on one port; with connections waiting, the first
     probe's non-blocking accept takes one, its next accept answers AGAIN (the other connection is left to
-    the siblings), and after a poll_oneoff it may accept again; the sibling accepts from the same queue."""
+    the siblings); its next poll_oneoff, while its new connection has a request, reports that request but not
+    the listener; the poll after reports both and it may accept again; the sibling accepts from the same queue."""
     group = ListenerGroup()
     first, second = Probe(nn, tmp_path / "a.out", group), Probe(nn, tmp_path / "b.out", group)
     listener, port = first.listener()
@@ -217,10 +218,15 @@ def test_a_shared_listener_gives_an_instance_one_connection_per_poll(nn: WasiNN,
     for probe, fd in ((first, listener), (second, sibling)):
         assert probe("fd_fdstat_set_flags", fd, NONBLOCK) == 0
     clients = [socket.create_connection(("127.0.0.1", port), timeout=WAIT) for _ in range(3)]
+    for client in clients:
+        client.sendall(b"x")  # a request on every connection
     try:
         assert first("sock_accept", listener, 0, FD) == 0
+        conn = first.u32(FD)
         assert first("sock_accept", listener, 0, FD) == AGAIN  # one per poll, though two more wait
-        assert first.poll([fd_sub(7, 1, listener)])[0][:2] == (7, 0)  # readable: connections wait
+        subs = [fd_sub(7, 1, listener), fd_sub(8, 1, conn)]
+        assert [event[0] for event in first.poll(subs)] == [8]  # its request first: the listener held back
+        assert sorted(event[0] for event in first.poll(subs)) == [7, 8]  # then both
         assert first("sock_accept", listener, 0, FD) == 0
         assert second("sock_accept", sibling, 0, FD) == 0  # the third, from the one queue
         assert second("sock_accept", sibling, 0, FD) == AGAIN

@@ -17,7 +17,9 @@ So that one instance does not take every waiting connection at once (a server's 
 until ``AGAIN``) and then serve them one after another while its siblings idle, a non-blocking
 ``sock_accept`` on a shared listener gives an instance one connection per ``poll_oneoff``: the next
 accept before the instance polls again answers ``AGAIN`` (which a non-blocking server takes as "none
-waiting" and polls), so the connections of a burst go to every instance that is waiting for one.
+waiting" and polls), and that next ``poll_oneoff`` leaves the listener out while another of the
+instance's subscriptions is ready (the request on the connection it just took: :mod:`.poll`), so the
+connections of a burst go to every instance that is waiting for one.
 """
 
 from __future__ import annotations
