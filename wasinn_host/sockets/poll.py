@@ -157,7 +157,8 @@ def _socket_events(
         masks[host_fd] = masks.get(host_fd, 0) | (select.POLLIN if sub.tag == EVENTTYPE_FD_READ else select.POLLOUT)
     ready = call.state.wait(list(masks.items()), timeout)
     events: list[bytes] = []
-    busy = any(ready.get(call.state.entries[o.fd].sock.fileno()) for o in sockets if o.fd not in recent)
+    entries = call.state.entries
+    busy = bool(recent) and any(ready.get(entries[o.fd].sock.fileno()) for o in sockets if o.fd not in recent)
     for sub in sockets:
         host_fd = call.state.entries[sub.fd].sock.fileno()
         revents = ready.get(host_fd, 0)
