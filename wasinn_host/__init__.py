@@ -36,6 +36,7 @@ __version__ = "0.1.0"
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from .aio import AsyncSession
 from .backend.fake import fake_backend
 from .backend.local import LocalBackend
 from .core.config.limits import Limits
@@ -50,6 +51,7 @@ from .launch.guest_load import GuestError
 from .launch.guest_run import RunOptions
 from .session import Session
 from .sockets.policy import SocketPolicy
+from .sockets.shared import ListenerGroup
 
 if TYPE_CHECKING:
     from .rpc.endpoint import ClientOptions
@@ -60,12 +62,14 @@ _MOVED = {"GuestResult": "wasinn_host.testing.guest_harness", "RunGuest": "wasin
 """Names the package once re-exported, and the module to import them from (named in the error)."""
 
 __all__ = [
+    "AsyncSession",
     "ClientOptions",
     "Errno",
     "ErrorKind",
     "GuestError",
     "GuestStdout",
     "Limits",
+    "ListenerGroup",
     "LocalBackend",
     "ModelRegistry",
     "Preload",

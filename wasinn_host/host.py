@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 import wasmtime
 import wasmtime.component
 
+from .aio import DEFAULT_GUEST_THREADS, GuestPool, Output, SessionOpener, run_guest_async
 from .backend.local import LocalBackend
 from .backend.protocol import Backend
 from .core.config.limits import Limits
@@ -38,12 +39,13 @@ from .core.prompt_cache.cache import PromptCache
 from .core.registry import LoadedModel, ModelRegistry
 from .ephemeral.imports import WasiNNImports
 from .guest.stdout import PieceSink, inherited_stdout, python_stdout
+from .guest.store_tables import store_key
 from .launch.compile_cache import CompileCache
 from .launch.guest_load import Guest, GuestError, ModuleSource, load_guest
 from .launch.guest_run import RunOptions, run_guest
 from .observability.metrics import serve_metrics
 from .session import Session
-from .sockets import SocketLayer, SocketPolicy
+from .sockets import ListenerGroup, SocketLayer, SocketPolicy
 
 if TYPE_CHECKING:  # imported when first used: a core module run needs neither gRPC nor the component front end
     from .rpc.endpoint import ClientOptions
@@ -69,6 +71,7 @@ class WasiNN:
     ``wasi_nn_rpcserver`` instead, with ``rpc_options`` (token, TLS roots, deadlines);
     guests and sessions behave the same.  ``sockets`` says where guests using WasmEdge's socket
     extension may listen and connect (default: listen on loopback only, no outbound connections).
+    ``guest_threads`` bounds how many guests :meth:`run_async` runs at once (the others wait their turn).
     """
 
     def __init__(
@@ -87,6 +90,7 @@ class WasiNN:
         compile_cache: bool | str | os.PathLike[str] = False,
         sockets: SocketPolicy | None = None,
         prompt_cache: str | os.PathLike[str] | PromptCache | None = None,
+        guest_threads: int = DEFAULT_GUEST_THREADS,
     ) -> None:
         self.limits = limits or (backend.limits if backend is not None else Limits())
         self.local: LocalBackend | None = None
@@ -125,6 +129,7 @@ class WasiNN:
             engine = wasmtime.Engine(config)
         self.engine = engine
         self.sockets = SocketLayer(engine, sockets)
+        self._guest_pool = GuestPool(guest_threads)
         self._component_linker: wasmtime.component.Linker | None = None
         self._linker_lock = threading.Lock()
         self._module_linkers: weakref.WeakKeyDictionary[wasmtime.Module, wasmtime.Linker] = weakref.WeakKeyDictionary()
@@ -162,6 +167,7 @@ class WasiNN:
         allowed_models: Iterable[str] | None = None,
         dirs: Sequence[tuple[str, str]] = (),
         stdout: PieceSink | None = None,
+        listeners: ListenerGroup | None = None,
     ) -> None:
         """Give ``store`` its own handle and resource tables, for core modules and components (freed
         with the Store).
@@ -172,6 +178,8 @@ class WasiNN:
         guest's WASI stdout goes (:class:`~wasinn_host.guest.stdout.GuestStdout`'s ``write``); the default
         writes to this process's file descriptor 1, where ``WasiConfig.inherit_stdout`` sends the guest's.
         It is called on the model's worker thread and must not block; a failure logs one line.
+        ``listeners`` (one :class:`~wasinn_host.sockets.shared.ListenerGroup` for several Stores running
+        the same server guest) lets them listen on one address, as ``wasinn run --instances N`` does.
         """
         allowed = tuple(allowed_models) if allowed_models is not None else None
         sink = stdout or inherited_stdout
@@ -184,7 +192,7 @@ class WasiNN:
                 wit = self._wit
         if wit is not None:
             wit.attach(store, allowed, dirs, sink)
-        self.sockets.attach(store)
+        self.sockets.attach(store, listeners)
 
     def detach(self, store: wasmtime.Store) -> None:
         """Free ``store``'s graphs, execution contexts and tensors now."""
@@ -207,6 +215,19 @@ class WasiNN:
         ``stdout`` receives the pieces of a ``stream-stdout`` compute (default: ``sys.stdout``)."""
         return Session(self.backend, name, config, dirs, stdout)
 
+    def session_async(
+        self,
+        name: str,
+        config: Mapping[str, Any] | str | bytes | None = None,
+        dirs: Sequence[tuple[str, str]] = (),
+        stdout: PieceSink = python_stdout,
+    ) -> SessionOpener:
+        """:meth:`session` for asyncio code: ``async with nn.session_async(name, config) as s`` (or ``s = await
+        nn.session_async(...)``, then ``await s.close()``) gives an :class:`~wasinn_host.aio.AsyncSession`
+        whose ``await s.complete(...)``, ``async for piece in s.stream(...)`` and ``await s.embed(...)``
+        hold no thread while they wait; cancelling the awaiting task ends the sequence at the next step."""
+        return SessionOpener(self, (name, config, dirs, stdout))
+
     @property
     def registry(self) -> ModelRegistry:
         """The local model registry (UnsupportedOperation when the models are served over RPC)."""
@@ -223,6 +244,7 @@ class WasiNN:
 
     def close(self) -> None:
         """Free the models (local) or close the connections (RPC; the servers free this session)."""
+        self._guest_pool.close()
         self.backend.close()
 
     def status(self) -> dict[str, Any]:
@@ -261,6 +283,24 @@ class WasiNN:
         """
         return run_guest(self, self.load_guest(module), module, args, options or RunOptions())
 
+    async def run_async(
+        self,
+        module: ModuleSource,
+        args: Sequence[str] = (),
+        options: RunOptions | None = None,
+        *,
+        stdout: Output = None,
+        stderr: Output = None,
+    ) -> int:
+        """:meth:`run` for asyncio code: the guest runs on a pool of ``guest_threads`` threads and its exit
+        code is returned (:class:`GuestError` as :meth:`run`).  ``stdout``/``stderr``: an async callback
+        that receives the output a chunk at a time (a slow one makes the guest wait), a bytearray that
+        collects it, or None (``options``' destination); its stdin is ``options.stdin`` or empty (never the
+        host's).  Cancelling the awaiting task interrupts the
+        guest (needs ``interruptible=True``): it traps, a compute it waits in ends at the next step, and
+        the call returns once its contexts and sequences are freed."""
+        return await run_guest_async(self, self._guest_pool, module, args, options, stdout, stderr)
+
     def module_linker(self, module: wasmtime.Module) -> wasmtime.Linker:
         """The Linker for ``module``: WASI preview 1, ``wasi_ephemeral_nn``, and WasmEdge's sockets and
         wasi:logging when the module imports them.  Made once per module and kept while the module lives
@@ -284,6 +324,19 @@ class WasiNN:
                 self._component_linker.add_wasip2()
                 self.add_to_component_linker(self._component_linker)
             return self._component_linker
+
+    def cancel_store(self, store: wasmtime.Store) -> None:
+        """Stop the inference in flight of ``store``'s guest (a compute it waits in gets a runtime error)
+        and end its socket waits: what an interrupted run does to its own Store only."""
+        key = store_key(store)
+        for table in (self.imports.stores, *((self._wit.stores,) if self._wit is not None else ())):
+            state = table.lookup(key)
+            if state is not None:
+                for context in list(state.contexts.values()):
+                    context.cancel()
+        sockets = self.sockets.stores.lookup(key)
+        if sockets is not None:
+            sockets.cancel()
 
     def cancel_all(self) -> None:
         """Stop every inference in flight (the guests waiting in ``compute`` get a runtime error)."""

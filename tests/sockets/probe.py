@@ -12,7 +12,7 @@ import time
 
 import wasmtime
 
-from wasinn_host import WasiNN
+from wasinn_host import ListenerGroup, WasiNN
 from wasinn_host.sockets.passthrough import reexport_wat
 
 WASI = "wasi_snapshot_preview1"
@@ -50,7 +50,7 @@ def probe_wat() -> str:
 class Probe:
     """The probe instantiated through the embedding API (own Linker, ``nn.sockets.link``)."""
 
-    def __init__(self, nn: WasiNN, stdout: pathlib.Path) -> None:
+    def __init__(self, nn: WasiNN, stdout: pathlib.Path, listeners: ListenerGroup | None = None) -> None:
         self.nn = nn
         module = wasmtime.Module(nn.engine, probe_wat())
         linker = wasmtime.Linker(nn.engine)
@@ -61,7 +61,7 @@ class Probe:
         wasi = wasmtime.WasiConfig()
         wasi.stdout_file = str(stdout)
         self.store.set_wasi(wasi)
-        nn.attach(self.store)
+        nn.attach(self.store, listeners=listeners)
         self.exports = linker.instantiate(self.store, module).exports(self.store)
         memory = self.exports["memory"]
         assert isinstance(memory, wasmtime.Memory)

@@ -18,7 +18,7 @@ import time
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Generator, NamedTuple, Sequence
 
 from ..observability.log_setup import apply_logging_keys
 from .cold_store import Frozen
@@ -44,6 +44,20 @@ PROMPT_MARGIN = 4
 """Tokens a prompt must leave free in its sequence (WasmEdge's rule: ctx-size - 4)."""
 SHARED_PARAMS = 64
 """Distinct per-context parameter sets a graph shares among its contexts (then it starts again)."""
+
+GenerationSteps = Generator[GenerationRequest, GenerationResult, GenerationResult]
+"""A computation as steps (:meth:`InferenceContext.generation`): yields requests, is sent their results."""
+
+
+def run_steps(steps: GenerationSteps, submit: Callable[[GenerationRequest], GenerationResult]) -> GenerationResult:
+    """Drive ``steps`` to its end, each request through ``submit`` (which waits for the result)."""
+    try:
+        request = next(steps)
+        while True:
+            request = steps.send(submit(request))
+    except StopIteration as end:
+        result: GenerationResult = end.value
+        return result
 
 
 @dataclass(eq=False)
@@ -317,19 +331,35 @@ class InferenceContext:
         ``on_piece`` receives each token's bytes as it is generated; without it, ``stream-stdout``
         sends them to ``stdout``, the caller's (the front end's sink for its guest's stdout).
         """
+        return run_steps(
+            self.generation(on_piece, stdout), lambda request: self.model.worker.submit(request, self.state)
+        )
+
+    def generation(
+        self,
+        on_piece: Callable[[bytes], None] | None = None,
+        stdout: Callable[[bytes], None] | None = None,
+        max_tokens: int | None = None,
+    ) -> GenerationSteps:
+        """:meth:`generate` as steps, for a caller that submits the requests itself: the generator yields
+        each request for the model's worker and is sent its result; its return value is
+        :meth:`generate`'s.  An asyncio caller awaits each result instead of a thread waiting for it
+        (:mod:`wasinn_host.aio`).  ``max_tokens`` caps the tokens generated below ``n-predict``."""
         if self.rerank_prompts is not None:
-            return self._generate_scores(self.rerank_prompts)
+            return (yield from self._generate_scores(self.rerank_prompts))
         tokens = self._checked_prompt()
         self._end_feed()
         self._clear_output()
         if self.model.params.embedding:
-            return self._generate_embedding(tokens)
+            return (yield from self._generate_embedding(tokens))
         stop = self.params.stopping
         limit = stop.n_predict if stop.n_predict >= 0 else INT32_MAX
+        if max_tokens is not None:
+            limit = min(limit, max(max_tokens, 0))
         sink = on_piece or (stdout if stop.stream_stdout else None)
         outlet = outlet_of(sink)
         try:
-            result = self._run(
+            result = yield from self._run(
                 self._request(
                     tokens,
                     limit=min(limit, self.limits.max_n_predict),
@@ -353,15 +383,15 @@ class InferenceContext:
         self.revision += 1
         save_speech(wav, self.params.options, self.guest_files)
 
-    def _generate_embedding(self, tokens: Sequence[int]) -> GenerationResult:
+    def _generate_embedding(self, tokens: Sequence[int]) -> GenerationSteps:
         n_batch = self.model.worker.context.n_batch
         if len(tokens) > n_batch:
             raise WasiNNError(
                 ErrorKind.PROMPT_TOO_LONG, f"embedding input of {len(tokens)} tokens exceeds batch-size {n_batch}"
             )
-        return self._run(self._request(tokens, limit=0, embed=True))
+        return (yield from self._run(self._request(tokens, limit=0, embed=True)))
 
-    def _generate_scores(self, prompts: list[array[int]]) -> GenerationResult:
+    def _generate_scores(self, prompts: list[array[int]]) -> GenerationSteps:
         """A reranker's score of each (query, document) sequence, one after the other; ``embedding`` holds them."""
         if self.graph.unloaded:
             raise invalid("compute on a context whose graph was unloaded")
@@ -379,7 +409,7 @@ class InferenceContext:
         prompt_ms = 0.0
         result = GenerationResult()
         for tokens in prompts:
-            result = self._run(self._request(tokens, limit=0, embed=True))
+            result = yield from self._run(self._request(tokens, limit=0, embed=True))
             scores.append(result.embedding[0] if result.embedding else float("nan"))
             prompt_ms += result.prompt_ms
         self.embedding = scores
@@ -510,10 +540,10 @@ class InferenceContext:
             **kwargs,
         )
 
-    def _run(self, request: GenerationRequest) -> GenerationResult:
+    def _run(self, request: GenerationRequest) -> GenerationSteps:
         self.busy = True
         try:
-            result = self.model.worker.submit(request, self.state)
+            result = yield request
         finally:
             self.busy = False
         if request.embed and result.error is None:  # a reranker's scores are not normalised

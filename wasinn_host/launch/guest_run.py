@@ -19,6 +19,7 @@ import wasmtime.component
 
 from ..guest.stdout import GuestStdout, PieceSink
 from ..guest.wasm_errors import first_line
+from ..sockets.shared import ListenerGroup
 from .guest_load import Guest, GuestError, ModuleSource
 from .guest_stop import GuestStop
 from .import_check import check_imports
@@ -44,6 +45,10 @@ class RunOptions:
     something advancing the engine's epoch, as :func:`wasinn_host.launch.runner.run_instances` does)."""
     close_fds: tuple[int, ...] = ()
     """Host file descriptors to close when the guest ends (pipe ends given as /dev/fd/N)."""
+    listeners: ListenerGroup | None = None
+    """Shared by the runs of one server guest, lets them listen on one address (one stream socket
+    bound once, every instance accepting on it); :func:`wasinn_host.launch.runner.run_instances` gives its
+    instances one.  ``None``: the guest's binds are its own."""
 
 
 class LinkingHost(Protocol):
@@ -64,11 +69,15 @@ class LinkingHost(Protocol):
         allowed_models: Iterable[str] | None = None,
         dirs: Sequence[tuple[str, str]] = (),
         stdout: PieceSink | None = None,
+        listeners: ListenerGroup | None = None,
     ) -> None:
         """Give ``store`` its per-Store state."""
 
     def detach(self, store: wasmtime.Store) -> None:
         """Free ``store``'s per-Store state."""
+
+    def cancel_store(self, store: wasmtime.Store) -> None:
+        """Stop the inference ``store``'s guest waits in (and its socket waits)."""
 
 
 _CHECKED: weakref.WeakSet[wasmtime.Linker] = weakref.WeakSet()
@@ -106,7 +115,9 @@ def _run_in_store(
         else:
             store.set_epoch_deadline(2**62)
     store.set_wasi(_wasi_config(module, args, options, stdout))
-    host.attach(store, dirs=options.dirs, stdout=stdout.write)
+    host.attach(store, dirs=options.dirs, stdout=stdout.write, listeners=options.listeners)
+    if options.stop is not None:
+        options.stop.watch(id(store), lambda: host.cancel_store(store))
     trap = None
     try:
         if isinstance(compiled, wasmtime.component.Component):
@@ -117,6 +128,8 @@ def _run_in_store(
     except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
         trap = first_line(exc)
     finally:
+        if options.stop is not None:
+            options.stop.unwatch(id(store))
         host.detach(store)
         store.close()  # now, not when a traceback lets go of it: the guest's files (pipes) close here
         del stop_hook

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import wasmtime
 from wasmtime import _ffi as ffi
@@ -46,10 +46,29 @@ class GuestStop:
         """What the caller called the limit: ``--timeout`` (an option) or ``timeout`` (a Python parameter)."""
         self.deadline = time.monotonic() + timeout if timeout else None
         self._interrupted = threading.Event()
+        self._cancellers: dict[int, Callable[[], None]] = {}
+        self._lock = threading.Lock()
 
     def interrupt(self) -> None:
-        """Stop every Store of this run at its next check (Ctrl-C)."""
+        """Stop every Store of this run at its next check (Ctrl-C), and cancel the inference its guest
+        waits in (see :meth:`watch`)."""
         self._interrupted.set()
+        with self._lock:
+            cancellers = list(self._cancellers.values())
+        for cancel in cancellers:
+            cancel()
+
+    def watch(self, key: int, cancel: Callable[[], None]) -> None:
+        """Call ``cancel()`` on :meth:`interrupt` (the Store ``key``'s inference in flight) until :meth:`unwatch`."""
+        with self._lock:
+            self._cancellers[key] = cancel
+        if self._interrupted.is_set():
+            cancel()
+
+    def unwatch(self, key: int) -> None:
+        """Forget the canceller of Store ``key`` (it has closed)."""
+        with self._lock:
+            self._cancellers.pop(key, None)
 
     @property
     def expired(self) -> bool:

@@ -6,7 +6,8 @@ as the engine's epoch advances (a guest running wasm traps at its next check, wi
 50 ms) and in-flight inference is cancelled (a guest waiting in ``compute`` gets a runtime
 error, then traps).  With several instances each one's stdout (its ``stream-stdout`` pieces with
 it) and stderr go through a pipe and are copied to the terminal a whole line at a time; the
-copying ends when the instance does, even if something still holds the pipe open.
+copying ends when the instance does, even if something still holds the pipe open.  The instances
+of a server guest listen on one address (:mod:`wasinn_host.sockets.shared`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Protocol, Sequence
 import wasmtime
 
 from ..guest.stdout import PipeCopier
+from ..sockets.shared import ListenerGroup
 from .guest_load import Guest, GuestError, ModuleSource
 from .guest_run import RunOptions
 from .guest_stop import GuestStop
@@ -114,6 +116,8 @@ def run_instances(
     stop = GuestStop(timeout, timeout_name)
     ticker = EpochTicker(nn.engine) if nn.interruptible else None
     options = replace(options, stop=stop)
+    if instances > 1 and options.listeners is None:  # a server guest's N instances listen on one address
+        options = replace(options, listeners=ListenerGroup())
     lock = threading.Lock()
     forwarders: list[PipeCopier] = []
     results = [InstanceResult() for _ in range(instances)]

@@ -7,17 +7,20 @@ LlamaEdge's ``llama-api-server`` and other servers built for WasmEdge (Rust ``wa
 sockets (:mod:`.table`), implements the calls (:mod:`.sock_calls`, :mod:`.sock_options`,
 :mod:`.fd_calls`, :mod:`.poll`) and hands everything else back to wasmtime's WASI
 (:mod:`.passthrough`).  :mod:`.linking` puts it on a Linker, only for modules that import it;
-:mod:`.policy` says where a guest may listen and connect.
+:mod:`.policy` says where a guest may listen and connect; :mod:`.shared` lets the instances of one run
+listen on one address.
 """
 
 from .linking import COVERED as SOCKET_FUNCTIONS
 from .linking import SocketLayer, needs_sockets
 from .policy import BIND_OPTION, CONNECT_OPTION, Refused, SocketPolicy
+from .shared import ListenerGroup
 
 __all__ = [
     "BIND_OPTION",
     "SOCKET_FUNCTIONS",
     "CONNECT_OPTION",
+    "ListenerGroup",
     "Refused",
     "SocketLayer",
     "SocketPolicy",

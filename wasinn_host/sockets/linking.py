@@ -36,6 +36,7 @@ from .passthrough import WASI, trampoline_wat
 from .policy import SocketPolicy
 from .poll import poll_oneoff
 from .resolve import sock_getaddrinfo
+from .shared import ListenerGroup, SharedBinds
 from .table import SocketState
 from .wasi_logging import add_logging_to_linker, imports_logging
 
@@ -99,9 +100,11 @@ class SocketLayer:
 
     # -- Stores -------------------------------------------------------------------
 
-    def attach(self, store: wasmtime.Store) -> None:
-        """Give ``store`` its own socket table (closed with the Store or at :meth:`detach`)."""
-        self.stores.put(store, SocketState())
+    def attach(self, store: wasmtime.Store, listeners: ListenerGroup | None = None) -> None:
+        """Give ``store`` its own socket table (closed with the Store or at :meth:`detach`); with
+        ``listeners``, the addresses its guest binds are shared with the other Stores of that group
+        (the instances of one run, :mod:`.shared`)."""
+        self.stores.put(store, SocketState(SharedBinds(listeners) if listeners is not None else None))
 
     def detach(self, store: wasmtime.Store) -> None:
         """Close ``store``'s sockets now."""

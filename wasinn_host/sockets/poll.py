@@ -17,6 +17,7 @@ import struct
 import termios
 import time
 from dataclasses import dataclass
+from typing import AbstractSet
 
 from .call import Call
 from .constants import (
@@ -68,6 +69,8 @@ def poll_oneoff(call: Call, in_ptr: int, out_ptr: int, count: int, nevents_ptr: 
     view.address(out_ptr, EVENT_SIZE * count, f"{count} events")
     view.address(nevents_ptr, 4, "nevents")
     subs = [_parse(raw, SUBSCRIPTION_SIZE * i) for i in range(count)]
+    recent = set(call.state.accepted)  # shared listeners it took a connection from since its last poll
+    call.state.accepted.clear()  # ... which may hand it another from now on (see .shared)
     entries = call.state.entries
     if not any(sub.tag != EVENTTYPE_CLOCK and sub.fd in entries for sub in subs):
         return call.passthrough("poll_oneoff", in_ptr, out_ptr, count, nevents_ptr)
@@ -89,7 +92,7 @@ def poll_oneoff(call: Call, in_ptr: int, out_ptr: int, count: int, nevents_ptr: 
         timeout = min((sub.deadline - now for sub in clocks), default=None)
         if others:
             timeout = OTHER_FD_PERIOD if timeout is None else min(timeout, OTHER_FD_PERIOD)
-        events += _socket_events(call, sockets, timeout)
+        events += _socket_events(call, sockets, timeout, recent)
         if others:
             events += _other_events(call, raw, subs, in_ptr, out_ptr, count, nevents_ptr)
         now = time.monotonic()
@@ -142,16 +145,25 @@ def _guest_now(call: Call, clock_id: int, scratch_ptr: int) -> int:
     return int(struct.unpack("<Q", call.view.read(scratch_ptr, 8, "events"))[0])
 
 
-def _socket_events(call: Call, sockets: list[Subscription], timeout: float | None) -> list[bytes]:
+def _socket_events(
+    call: Call, sockets: list[Subscription], timeout: float | None, recent: AbstractSet[int] = frozenset()
+) -> list[bytes]:
+    """The events of the ready socket subscriptions.  A shared listener (:mod:`.shared`) the Store took a
+    connection from since its last poll is left out while another of its subscriptions is ready: the
+    instance serves what it has, and the next waiting connection goes to an idle sibling."""
     masks: dict[int, int] = {}
     for sub in sockets:
         host_fd = call.state.entries[sub.fd].sock.fileno()
         masks[host_fd] = masks.get(host_fd, 0) | (select.POLLIN if sub.tag == EVENTTYPE_FD_READ else select.POLLOUT)
     ready = call.state.wait(list(masks.items()), timeout)
     events: list[bytes] = []
+    entries = call.state.entries
+    busy = bool(recent) and any(ready.get(entries[o.fd].sock.fileno()) for o in sockets if o.fd not in recent)
     for sub in sockets:
         host_fd = call.state.entries[sub.fd].sock.fileno()
         revents = ready.get(host_fd, 0)
+        if busy and sub.fd in recent:
+            continue
         wanted = select.POLLIN if sub.tag == EVENTTYPE_FD_READ else select.POLLOUT
         if not revents & (wanted | select.POLLHUP | select.POLLERR):
             continue

@@ -94,12 +94,27 @@ def _match_family(call: Call, entry: SocketEntry, address: IPAddress, what: str)
 
 
 def sock_bind(call: Call, fd: int, addr_ptr: int, port: int) -> int:
-    """``sock_bind(fd, *addr, port)``: only where the policy allows (loopback by default)."""
+    """``sock_bind(fd, *addr, port)``: only where the policy allows (loopback by default); a stream socket
+    of an instance of ``wasinn run --instances N`` shares the address with its siblings (:mod:`.shared`)."""
     entry = call.state.entry(fd)
     address = read_address(call.view, addr_ptr, "address")
     call.policy.check_bind(address, _port(port))
     _match_family(call, entry, address, "sock_bind")
-    entry.sock.bind(sockaddr(address, port))
+    target = sockaddr(address, port)
+    shared = call.state.shared
+    if shared is None or entry.kind != SOCK_STREAM or entry.release is not None:
+        entry.sock.bind(target)
+        return 0
+    sibling, release = shared.bind(target, entry.sock, partial(entry.sock.bind, target))
+    if sibling is not None:  # a sibling instance bound this address: listen and accept on its socket
+        try:
+            budget.check_descriptor(call.state, call.policy, sibling, "sock_bind")
+        except SockError:
+            release()
+            raise
+        entry.sock.close()
+        entry.sock = sibling
+    entry.release = release
     return 0
 
 
@@ -124,6 +139,8 @@ def sock_accept_v2(call: Call, fd: int, flags: int, fd_ptr: int) -> int:
     if flags & ~FDFLAGS_NONBLOCK:
         raise SockError(WasiErrno.INVAL)
     entry = call.state.entry(fd)
+    if entry.release is not None and entry.nonblocking and fd in call.state.accepted:
+        raise SockError(WasiErrno.AGAIN)  # one connection per poll from a shared listener: see .shared
     listening = entry.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
     if listening and budget.is_full(call.state, call.policy):  # refused only when a connection waits (it stays queued)
         blocking(call.state, entry, partial(_pending, entry.sock), select.POLLIN, entry.recv_timeout)
@@ -138,6 +155,8 @@ def sock_accept_v2(call: Call, fd: int, flags: int, fd_ptr: int) -> int:
     if conn.type == socket.SOCK_STREAM:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     new_fd = call.state.add(SocketEntry(conn, SOCK_STREAM, bool(flags & FDFLAGS_NONBLOCK)))
+    if entry.release is not None:
+        call.state.accepted.add(fd)
     call.view.put_u32(fd_ptr, new_fd, "fd")
     return 0
 

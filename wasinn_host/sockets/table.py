@@ -19,10 +19,13 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..guest.native_func import GuestTrap, MemoryRef
 from .constants import SOCK_DGRAM, SOCK_STREAM, WasiErrno
+
+if TYPE_CHECKING:
+    from .shared import SharedBinds
 
 SOCKET_FD_BASE = 1 << 16
 """The first socket descriptor number (wasmtime's own descriptors stay far below it)."""
@@ -66,6 +69,16 @@ class SocketEntry:
     """Host ``setsockopt`` calls to repeat if the socket is re-created for another family."""
     recv_timeout: float | None = None
     send_timeout: float | None = None
+    release: Callable[[], None] | None = None
+    """Set on a socket bound through a :class:`~wasinn_host.sockets.shared.ListenerGroup` (the address the
+    instances of one run share): lets go of the address when this socket closes."""
+
+    def close(self) -> None:
+        """Close the host socket (and let go of a shared address)."""
+        self.sock.close()
+        release, self.release = self.release, None
+        if release is not None:
+            release()
 
     @property
     def filetype_is_stream(self) -> bool:
@@ -76,8 +89,12 @@ class SocketEntry:
 class SocketState:
     """One Store's sockets, its cached memory export and its pass-through instance."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared: SharedBinds | None = None) -> None:
         self.entries: dict[int, SocketEntry] = {}
+        self.shared = shared
+        """The addresses this Store shares with its sibling instances (``wasinn run --instances N``)."""
+        self.accepted: set[int] = set()
+        """Shared listeners this Store accepted on since its last ``poll_oneoff`` (see :mod:`.shared`)."""
         self.memory: MemoryRef | None = None
         self.passthrough: Any = None
         """The Store's :class:`~wasinn_host.sockets.passthrough.PassThrough`, made on first use."""
@@ -117,7 +134,8 @@ class SocketState:
         if entry is None:
             raise SockError(WasiErrno.BADF)
         _count(-1)
-        entry.sock.close()
+        self.accepted.discard(fd)
+        entry.close()
 
     def close(self) -> None:
         """Close every socket (the Store is gone or its guest ended)."""
@@ -127,7 +145,7 @@ class SocketState:
             wake, self._wake = self._wake, None
         _count(-len(entries))
         for entry in entries:
-            entry.sock.close()
+            entry.close()
         if wake is not None:
             for end in wake:
                 end.close()

@@ -213,14 +213,25 @@ class ModelWorker:
         job.done.wait()
         return job.result
 
+    def submit_then(self, request: GenerationRequest, state: ContextState, on_done: Callable[[], None]) -> Job:
+        """Queue a request and return at once: ``on_done()`` is called once the job is done (its ``result``
+        final), on the worker's thread (or this one, for a request refused at once); it must not block."""
+        return self._enqueue(request, state, None, on_done)
+
     def start_stream(self, request: GenerationRequest, state: ContextState, feed: StreamFeed) -> None:
         """Queue a stream's job (``request.streaming``) and return at once: each token it samples goes
         to ``feed``, and its end (its stop reason or error) to :meth:`.StreamFeed.close`."""
         self._enqueue(request, state, feed)
 
-    def _enqueue(self, request: GenerationRequest, state: ContextState, feed: StreamFeed | None) -> Job:
+    def _enqueue(
+        self,
+        request: GenerationRequest,
+        state: ContextState,
+        feed: StreamFeed | None,
+        on_done: Callable[[], None] | None = None,
+    ) -> Job:
         """A job for ``request``, queued for the worker (or finished at once when it cannot be)."""
-        job = Job(request, state, tokens=list(request.tokens), t_start=time.perf_counter(), feed=feed)
+        job = Job(request, state, tokens=list(request.tokens), t_start=time.perf_counter(), feed=feed, on_done=on_done)
         job.images = {span.start: span for span in request.images}
         prompt_cache_use.prefetch(self.prompt_cache, job)
         if state.closed or state.cancelled:
@@ -918,6 +929,8 @@ class ModelWorker:
             else:
                 job.feed.close(result)
         job.done.set()
+        if job.on_done is not None:
+            job.on_done()
 
     def _went_idle(self, state: ContextState) -> None:
         """A context's request is done (worker thread): it is now the most recently used idle context.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ..config.params import SamplingParams
 from ..generation import GenerationRequest, GenerationResult
@@ -67,6 +67,9 @@ class Job:
     t_start: float = 0.0
     t_first: float = 0.0
     done: threading.Event = field(default_factory=threading.Event)
+    on_done: Callable[[], None] | None = None
+    """Called (on whichever thread ends the job, without waiting) right after ``done`` is set: how an
+    asyncio caller's future is completed (:meth:`.ModelWorker.submit_then`)."""
     images: dict[int, Any] = field(default_factory=dict)
     """The request's images by start index (see ``GenerationRequest.images``)."""
     cached: Prefetched | None = None

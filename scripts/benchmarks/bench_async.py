@@ -1,0 +1,112 @@
+"""Benchmark: C concurrent streams through asyncio sessions against the same load on threads.
+
+One process, one model, one :class:`wasinn_host.WasiNN`.  ``async``: C tasks on one event loop, each
+``async with nn.session_async(...)`` and ``async for piece in s.stream(prompt)`` (no thread waits for the
+model).  ``threads``: C threads, each ``with nn.session(...)`` and ``for piece in s.stream(prompt)`` (the
+blocking API, a thread per request, as an asyncio service calls it through ``asyncio.to_thread``).
+Every stream makes ``--tokens`` tokens (``n-predict``, end of generation ignored).  Printed per arm:
+aggregate generated tokens/s (the model's count over the wall time from the common start to the last
+stream's end) and the median time to first piece; medians of ``--runs`` alternated runs, with the spread.
+
+Usage: ``python scripts/benchmarks/bench_async.py --model M.gguf [--streams 16] [--tokens 64] [--runs 5]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import threading
+import time
+
+from wasinn_host import WasiNN
+
+
+def prompts(n: int) -> list[str]:
+    return [f"request {i}: once upon a time" for i in range(n)]
+
+
+def generated(nn: WasiNN) -> int:
+    return sum(model.worker.generated_tokens for model in nn.models())
+
+
+def run_async(nn: WasiNN, config: dict[str, object], n: int) -> tuple[float, list[float]]:
+    """The async arm: (wall seconds, times to first piece)."""
+
+    async def one(prompt: str, start: float) -> float:
+        first = 0.0
+        async with nn.session_async("default", config) as session:
+            async for _ in session.stream(prompt):
+                if not first:
+                    first = time.perf_counter() - start
+        return first
+
+    async def main() -> tuple[float, list[float]]:
+        start = time.perf_counter()
+        firsts = await asyncio.gather(*(one(p, start) for p in prompts(n)))
+        return time.perf_counter() - start, list(firsts)
+
+    return asyncio.run(main())
+
+
+def run_threads(nn: WasiNN, config: dict[str, object], n: int) -> tuple[float, list[float]]:
+    """The blocking arm: (wall seconds, times to first piece)."""
+    firsts: list[float] = []
+    lock = threading.Lock()
+    go = threading.Event()
+    start = 0.0
+
+    def one(prompt: str) -> None:
+        go.wait()
+        first = 0.0
+        with nn.session("default", config) as session:
+            for _ in session.stream(prompt):
+                if not first:
+                    first = time.perf_counter() - start
+        with lock:
+            firsts.append(first)
+
+    threads = [threading.Thread(target=one, args=(p,)) for p in prompts(n)]
+    for thread in threads:
+        thread.start()
+    start = time.perf_counter()
+    go.set()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - start, firsts
+
+
+def main() -> None:
+    """Alternate the arms and print the medians."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--streams", type=int, default=16)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    nn = WasiNN(preload=[f"default:GGML:AUTO:{args.model}"])
+    config: dict[str, object] = {"n-predict": args.tokens, "ignore-eos": True}
+    with nn.session("default", config) as warm:
+        warm.complete("warm up")
+    arms = {"async": run_async, "threads": run_threads}
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in arms}
+    for run in range(args.runs):
+        for name in list(arms) if run % 2 == 0 else list(reversed(arms)):
+            before = generated(nn)
+            wall, firsts = arms[name](nn, config, args.streams)
+            rate = (generated(nn) - before) / wall
+            first = statistics.median(firsts)
+            results[name].append((rate, first))
+            print(f"run {run} {name}: {rate:.1f} tok/s, first piece {first * 1000:.0f} ms", flush=True)
+    print(f"\n{args.streams} streams x {args.tokens} tokens, model {args.model}")
+    for name, rows in results.items():
+        rates, firsts = [r[0] for r in rows], [r[1] * 1000 for r in rows]
+        print(
+            f"{name:>8}: {statistics.median(rates):7.1f} tok/s (min {min(rates):.1f}, max {max(rates):.1f}); "
+            f"first piece median {statistics.median(firsts):.0f} ms (min {min(firsts):.0f}, max {max(firsts):.0f})"
+        )
+    nn.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,461 @@
+"""asyncio forms of the embedding API: :meth:`WasiNN.run_async <wasinn_host.WasiNN.run_async>` and
+:meth:`WasiNN.session_async <wasinn_host.WasiNN.session_async>`.
+
+>>> async with nn.session_async("default", {"n-predict": 16}) as s:
+...     text = await s.complete("Once upon a time")
+...     async for piece in s.stream("Tell me more"):
+...         print(piece.decode(), end="")
+
+Sessions hold no thread while they wait: a computation is queued on the model's worker
+(:meth:`~wasinn_host.core.scheduling.scheduler.ModelWorker.submit_then`), which completes the caller's
+future through its event loop (``loop.call_soon_threadsafe``) when the job ends.  Cancelling the
+awaiting task marks the context cancelled: the worker ends the job, and frees its sequence, at its next
+step, and the session's next computation starts once it has.  A stream's pieces go into a bounded
+queue (:data:`STREAM_QUEUE` pieces); while the consumer is that far behind the worker leaves the
+stream out of its steps (other sequences go on) until it catches up.
+
+Guests run on a bounded pool of threads of their own (guest code blocks): ``WasiNN(guest_threads=N)``.
+Cancelling a :meth:`~wasinn_host.WasiNN.run_async` interrupts the guest through its Store's epoch
+deadline and cancels its inference, and returns once the guest has ended and its contexts are freed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any, AsyncGenerator, Awaitable, Callable, Mapping, Protocol, Sequence, Union
+
+import wasmtime
+
+from .core.errors import ErrorKind, WasiNNError
+from .core.generation import GenerationRequest, GenerationResult, StopReason
+from .core.inference import GenerationSteps, InferenceContext
+from .core.scheduling.slot_state import Job
+from .core.utf8_pieces import PieceJoiner
+from .guest.stdout import PieceSink, python_stdout
+from .launch.guest_load import Guest, ModuleSource
+from .launch.guest_run import RunOptions
+from .launch.guest_stop import GuestStop
+from .session import Session
+
+
+class AsyncHost(Protocol):
+    """What this module needs of :class:`~wasinn_host.WasiNN`."""
+
+    engine: wasmtime.Engine
+    interruptible: bool
+
+    def load_guest(self, source: ModuleSource) -> Guest:
+        """The compiled guest."""
+
+    def run(self, module: ModuleSource, args: Sequence[str] = (), options: RunOptions | None = None) -> int:
+        """Run one guest in a Store of its own; its exit code."""
+
+    def session(
+        self,
+        name: str,
+        config: Mapping[str, Any] | str | bytes | None = None,
+        dirs: Sequence[tuple[str, str]] = (),
+        stdout: PieceSink = python_stdout,
+    ) -> Session:
+        """A blocking session on ``name``."""
+
+
+log = logging.getLogger("wasinn_host")
+
+STREAM_QUEUE = 32
+"""Pieces of one stream that may wait for its consumer before the worker stops stepping it."""
+DEFAULT_GUEST_THREADS = 8
+"""Guests that :meth:`WasiNN.run_async` runs at once by default (``WasiNN(guest_threads=...)``)."""
+
+AsyncSink = Callable[[bytes], Awaitable[Any]]
+"""An async callback receiving a guest's output, a chunk at a time, in order."""
+Output = Union[AsyncSink, bytearray, None]
+"""Where :meth:`WasiNN.run_async` sends a guest's stdout or stderr: an async callback, a bytearray that
+collects it, or None (the destination in ``options``, else the host's)."""
+
+
+class _PieceQueue:
+    """A stream's pieces on their way from the model's worker to the event loop, at most ``bound`` waiting."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, is_end: Callable[[], bool], bound: int) -> None:
+        self._loop = loop
+        self._is_end = is_end
+        self._bound = bound
+        self._waiting = 0
+        self._lock = threading.Lock()
+        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+    def __call__(self, piece: bytes) -> None:  # worker thread
+        if self._is_end():  # the end-of-generation token's piece: not part of the stream's text
+            return
+        with self._lock:
+            self._waiting += 1
+        self._loop.call_soon_threadsafe(self.queue.put_nowait, piece)
+
+    def has_room(self) -> bool:  # worker thread
+        return self._waiting < self._bound
+
+    def flush(self) -> None:
+        """Nothing to wait for: the pieces are delivered on the loop before the job's end is."""
+
+    def taken(self) -> None:
+        with self._lock:
+            self._waiting -= 1
+
+
+class AsyncSession:
+    """A :class:`~wasinn_host.Session` for asyncio code (``async with nn.session_async(...) as s``).
+
+    On a local backend no thread waits for a computation; over RPC each call runs on a thread of the
+    loop's default executor."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self._turn = asyncio.Lock()  # one computation at a time, as on one execution context
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # -- the public calls ------------------------------------------------------------
+
+    async def complete(self, prompt: str | bytes) -> str:
+        """Generate the whole answer (the end-of-generation piece included), as :meth:`Session.complete`."""
+        context = self._local()
+        if context is None:
+            return await asyncio.to_thread(self.session.complete, prompt)
+        async with self._turn:
+            await self._idle.wait()
+            context.set_prompt(_bytes(prompt))
+            await self._drive(context, context.generation(stdout=self.session._stdout))
+            return context.output.decode("utf-8", "replace")
+
+    async def embed(self, text: str | bytes) -> list[float]:
+        """The embedding of ``text`` (a model loaded with ``embedding``), as :meth:`Session.embed`."""
+        context = self._local()
+        if context is None:
+            return await asyncio.to_thread(self.session.embed, text)
+        async with self._turn:
+            await self._idle.wait()
+            context.set_prompt(_bytes(text))
+            await self._drive(context, context.generation(stdout=self.session._stdout))
+            return self.session._vector()
+
+    async def stream(self, prompt: str | bytes, max_tokens: int | None = None) -> AsyncGenerator[bytes, None]:
+        """Yield the generated text as it comes, in whole UTF-8 characters, from at most the session's
+        ``n-predict`` and ``max_tokens`` tokens (the end-of-generation piece is left out, as
+        :meth:`Session.stream` does).  Leaving the loop early, or cancelling the consuming task, ends the
+        sequence at the worker's next step.  While the consumer is :data:`STREAM_QUEUE` pieces behind,
+        the stream waits out of the worker's steps."""
+        context = self._local()
+        if context is None:
+            async for piece in self._threaded_stream(prompt, max_tokens):
+                yield piece
+            return
+        async with self._turn:
+            await self._idle.wait()
+            loop = asyncio.get_running_loop()
+            jobs: list[Job] = []
+            is_eog = context.model.weights.is_eog
+
+            def is_end() -> bool:
+                generated = jobs[-1].result.generated if jobs else []
+                return bool(generated) and is_eog(generated[-1])
+
+            pieces = _PieceQueue(loop, is_end, STREAM_QUEUE)
+            context.set_prompt(_bytes(prompt))
+            steps = context.generation(on_piece=pieces, max_tokens=max_tokens)
+            compute = asyncio.ensure_future(self._drive(context, steps, jobs))
+            compute.add_done_callback(lambda _: pieces.queue.put_nowait(None))
+            joiner = PieceJoiner()
+            try:
+                while True:
+                    item = await pieces.queue.get()
+                    if item is None:
+                        break
+                    pieces.taken()
+                    text = joiner.push(item)
+                    if text:
+                        yield text
+                result = await compute
+                rest = joiner.push(b"", last=True)
+                if rest:
+                    yield rest
+                if result.stop_reason is StopReason.CONTEXT_FULL:
+                    raise WasiNNError(ErrorKind.CONTEXT_FULL, "the context is full (ctx-size reached)")
+            finally:
+                if not compute.done():
+                    compute.cancel()  # the consumer left early: the sequence ends at the next step
+                    try:
+                        await compute
+                    except BaseException:
+                        pass
+
+    def configure(self, config: Mapping[str, Any] | str | bytes) -> None:
+        """Change this session's sampling and stop rules (per-context keys)."""
+        self.session.configure(config)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """Usage of the last computation (token counts, timings, stop reason ...)."""
+        return self.session.metadata
+
+    async def close(self) -> None:
+        """Free the execution context and the graph (after a cancelled computation has ended)."""
+        await self._idle.wait()
+        self.session.close()
+
+    async def __aenter__(self) -> AsyncSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- how a computation is awaited -------------------------------------------------
+
+    def _local(self) -> InferenceContext | None:
+        context = self.session._context
+        return context if isinstance(context, InferenceContext) else None
+
+    async def _drive(self, context: InferenceContext, steps: GenerationSteps, jobs: list[Job] | None = None) -> Any:
+        """Run ``steps`` with each request queued on the model's worker and awaited; the steps' result."""
+        jobs = [] if jobs is None else jobs
+        try:
+            request = next(steps)
+            while True:
+                try:
+                    result = await self._job(context, request, jobs)
+                except asyncio.CancelledError:
+                    steps.close()
+                    raise
+                request = steps.send(result)
+        except StopIteration as end:
+            return end.value
+
+    async def _job(self, context: InferenceContext, request: GenerationRequest, jobs: list[Job]) -> GenerationResult:
+        """Queue ``request`` on the model's worker and await its result: the worker's thread completes the
+        future through the loop.  Cancelled, the context is marked cancelled until the job has ended (the
+        worker drops it at its next step); the session computes again only after that."""
+        loop = asyncio.get_running_loop()
+        worker, state = context.model.worker, context.state
+        future: asyncio.Future[GenerationResult] = loop.create_future()
+        flags = {"ended": False, "cancelling": False}
+
+        def ended() -> None:  # on the loop, after the worker ended the job
+            flags["ended"] = True
+            if flags["cancelling"]:
+                state.cancelled = False  # the job has ended: the context may compute again
+                self._idle.set()
+            elif not future.done():
+                future.set_result(job.result)
+
+        self._idle.clear()
+
+        def on_done() -> None:  # on the worker's thread
+            loop.call_soon_threadsafe(ended)
+
+        job = worker.submit_then(request, state, on_done)
+        jobs.append(job)
+        try:
+            result = await future
+        except asyncio.CancelledError:
+            if flags["ended"]:
+                self._idle.set()
+            else:  # ended() has not run yet: it will, and lift the cancel
+                flags["cancelling"] = True
+                state.cancelled = True  # the worker ends the job at its next step
+            raise
+        self._idle.set()
+        return result
+
+    async def _threaded_stream(self, prompt: str | bytes, max_tokens: int | None) -> AsyncGenerator[bytes, None]:
+        """A remote backend's stream: each step on a thread (its backend has no worker to complete futures)."""
+        iterator = self.session.stream(prompt, max_tokens)
+        done = object()
+        try:
+            while True:
+                piece = await asyncio.to_thread(next, iterator, done)
+                if piece is done:
+                    return
+                assert isinstance(piece, bytes)
+                yield piece
+        finally:
+            close = getattr(iterator, "close", None)
+            if close is not None:
+                await asyncio.to_thread(close)
+
+
+def _bytes(text: str | bytes) -> bytes:
+    return text.encode() if isinstance(text, str) else text
+
+
+async def open_session(
+    nn: AsyncHost,
+    name: str,
+    config: Mapping[str, Any] | str | bytes | None = None,
+    dirs: Sequence[tuple[str, str]] = (),
+    stdout: PieceSink = python_stdout,
+) -> AsyncSession:
+    """A session on ``name``; loading the model (its first use) runs on a thread, not on the loop."""
+    return AsyncSession(await asyncio.to_thread(nn.session, name, config, dirs, stdout))
+
+
+class SessionOpener:
+    """What :meth:`WasiNN.session_async` returns: ``async with`` it, or ``await`` it for the session."""
+
+    def __init__(self, nn: AsyncHost, args: tuple[Any, ...]) -> None:
+        self._nn, self._args = nn, args
+        self._session: AsyncSession | None = None
+
+    def __await__(self) -> Any:
+        return open_session(self._nn, *self._args).__await__()
+
+    async def __aenter__(self) -> AsyncSession:
+        self._session = await open_session(self._nn, *self._args)
+        return self._session
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+# -- guests ----------------------------------------------------------------------------
+
+
+class GuestPool:
+    """The threads async guest runs use (guest code blocks), and the epoch ticker that lets them be stopped."""
+
+    def __init__(self, threads: int) -> None:
+        if threads < 1:
+            raise ValueError(f"guest_threads must be at least 1, got {threads}")
+        self.threads = threads
+        self._executor: ThreadPoolExecutor | None = None
+        self._ticker: Any = None
+        self._lock = threading.Lock()
+
+    def executor(self, nn: AsyncHost) -> ThreadPoolExecutor:
+        """The pool (made, with the epoch ticker for ``nn``'s engine, on first use)."""
+        with self._lock:
+            if self._executor is None:
+                from .launch.runner import EpochTicker
+
+                self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="wasinn-async-guest")
+                self._ticker = EpochTicker(nn.engine)
+            return self._executor
+
+    def close(self) -> None:
+        """Stop the ticker and let the threads end (after the guests running now)."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+            ticker, self._ticker = self._ticker, None
+        if ticker is not None:
+            ticker.stop()
+        if executor is not None:
+            executor.shutdown(wait=False)
+
+
+async def run_guest_async(
+    nn: AsyncHost,
+    pool: GuestPool,
+    module: ModuleSource,
+    args: Sequence[str],
+    options: RunOptions | None,
+    stdout: Output,
+    stderr: Output,
+) -> int:
+    """:meth:`WasiNN.run_async`: the guest on ``pool``, its output piped to ``stdout``/``stderr``."""
+    if not nn.interruptible:
+        raise WasiNNError(
+            ErrorKind.INVALID_ARGUMENT, "run_async needs WasiNN(interruptible=True) to stop a cancelled guest"
+        )
+    loop = asyncio.get_running_loop()
+    guest = nn.load_guest(module)
+    stop = GuestStop()
+    options = options or RunOptions()
+    options = replace(options, stop=stop, stdin=options.stdin or os.devnull)  # a service's stdin is not the guest's
+    pumps: list[_Pump] = []
+    close_fds: list[int] = []
+    for field_name, output in (("stdout", stdout), ("stderr", stderr)):
+        if output is None:
+            continue
+        read_end, write_end = os.pipe()
+        close_fds.append(write_end)
+        path = f"/dev/fd/{write_end}"
+        options = replace(options, stdout=path) if field_name == "stdout" else replace(options, stderr=path)
+        pumps.append(_Pump(loop, read_end, output))
+    options = replace(options, close_fds=options.close_fds + tuple(close_fds))
+    try:
+        running = loop.run_in_executor(pool.executor(nn), nn.run, guest, args, options)
+    except BaseException:
+        for fd in close_fds:
+            os.close(fd)
+        raise
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        stop.interrupt()  # its wasm traps at the next epoch check; a compute it waits in fails now
+        for pump in pumps:
+            pump.discard()  # the caller is gone: a guest writing must not wait for its callbacks
+        try:
+            await asyncio.shield(running)
+        except Exception:
+            pass
+        raise
+    finally:
+        for pump in pumps:
+            await pump.finished()
+
+
+class _Pump:
+    """Copies a guest's output pipe to an async callback or a bytearray until the guest closes it (a slow
+    callback makes the guest wait: back-pressure through the pipe)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, output: AsyncSink | bytearray) -> None:
+        self._output = output
+        self._discarding = False
+        self._delivery: asyncio.Future[Any] | None = None
+        self._task = loop.create_task(self._copy(loop, fd))
+
+    async def _copy(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        reader = asyncio.StreamReader()
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", 0)
+        )
+        try:
+            while chunk := await reader.read(1 << 16):
+                if self._discarding:
+                    continue
+                if isinstance(self._output, bytearray):
+                    self._output += chunk
+                    continue
+                self._delivery = asyncio.ensure_future(self._output(chunk))
+                try:
+                    await self._delivery
+                except asyncio.CancelledError:
+                    if not self._discarding:
+                        raise
+                except Exception as exc:  # the guest must not wait on a pipe nobody reads: drop the rest
+                    log.error(
+                        "a guest output callback failed (%s: %s); the rest of the output is dropped",
+                        type(exc).__name__,
+                        exc,
+                    )
+                    self._discarding = True
+        finally:
+            transport.close()
+
+    def discard(self) -> None:
+        """From now on read and drop the output (the run was cancelled)."""
+        self._discarding = True
+        if self._delivery is not None and not self._delivery.done():
+            self._delivery.cancel()
+
+    async def finished(self) -> None:
+        """Wait until the guest has closed the pipe and everything was delivered (errors are dropped)."""
+        try:
+            await asyncio.shield(self._task)
+        except Exception:
+            pass
