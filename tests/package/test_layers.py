@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("cli",),
     ("bench",),
     ("pytest_plugin", "testing"),
-    ("host", "session"),
+    ("host", "session", "aio"),
     ("launch",),
     ("ephemeral", "wit", "rpc", "sockets"),
     ("guest",),
@@ -45,7 +45,17 @@ BACKEND_LIBRARIES = {"llama_cpp": "llama"}
 """Third-party packages a backend wraps -> that backend's package: importing one counts as importing it."""
 LEAVES = frozenset({"models"})
 """Imported by anyone, importing nothing of the package (the demo model's data)."""
-SAME_LAYER = frozenset({("pytest_plugin", "testing"), ("host", "session"), ("", "host"), ("", "session")})
+SAME_LAYER = frozenset(
+    {
+        ("pytest_plugin", "testing"),
+        ("host", "session"),
+        ("host", "aio"),
+        ("aio", "session"),
+        ("", "host"),
+        ("", "session"),
+        ("", "aio"),
+    }
+)
 """(importer, imported) pairs of one layer that may import each other in this direction."""
 FRONT_ENDS = frozenset({"ephemeral", "wit", "rpc", "sockets"})
 FRONT_END_BELOW = frozenset({"guest", "backend", "core", "observability"})
