@@ -338,6 +338,15 @@ class WasiNN:
         if sockets is not None:
             sockets.cancel()
 
+    def expect_guests(self, count: int) -> None:
+        """Say that ``count`` guests will compute at once (``wasinn run --instances N`` does): a model
+        loaded from then on starts with room for that many sequences (rounded up to a power of two,
+        within the KV budget) instead of growing its context while they arrive, which stalls every
+        running guest.  Models loaded already, and a host whose models run behind ``rpc``, are left
+        as they are."""
+        if self.local is not None:
+            self.local.registry.expected_sequences = max(0, count)
+
     def cancel_all(self) -> None:
         """Stop every inference in flight (the guests waiting in ``compute`` get a runtime error)."""
         for state in self.imports.states():

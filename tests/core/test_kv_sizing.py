@@ -25,6 +25,19 @@ def test_fewer_sequences_when_the_budget_is_short_but_never_none() -> None:
     assert "max_kv_bytes" in caught.value.message
 
 
+def test_expected_guests_start_with_room_for_all_of_them_within_the_budget() -> None:
+    """``wasinn run --instances N``: room for N sequences from the start (a power of two), fewer where
+    the budget is short, never beyond llama.cpp's limit or the batch size; n-parallel still rules."""
+    assert kv_layout(ModelParams(), 100, 10, lambda _w: 1 << 30, "m", expected=2) == KvLayout(100, DEFAULT_SEQUENCES)
+    assert kv_layout(ModelParams(), 100, 10, lambda _w: 1 << 30, "m", expected=24) == KvLayout(100, 32)
+    assert kv_layout(ModelParams(), 100, 10, lambda _w: 1 << 30, "m", expected=64) == KvLayout(100, 64)
+    assert kv_layout(ModelParams(), 100, 10, lambda _w: 20_000, "m", expected=64) == KvLayout(100, 20)
+    assert kv_layout(ModelParams(batch_size=16), 100, 10, lambda _w: 1 << 30, "m", expected=64) == KvLayout(100, 16)
+    huge = kv_layout(ModelParams(batch_size=1 << 20), 100, 1, lambda _w: 1 << 40, "m", expected=10_000)
+    assert huge == KvLayout(100, MAX_SEQUENCES)
+    assert kv_layout(ModelParams(n_parallel=3), 100, 10, lambda _w: 1 << 30, "m", expected=64) == KvLayout(100, 3)
+
+
 def test_asked_sequences_are_all_or_an_error() -> None:
     params = ModelParams(n_parallel=3)
     assert kv_layout(params, 100, 10, lambda _w: 3000, "m") == KvLayout(100, 3)

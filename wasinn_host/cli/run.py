@@ -93,8 +93,9 @@ def add_run_parser(commands: Any) -> None:
         default=1,
         metavar="N",
         help="run N instances of the module at once (one Store each, same arguments and "
-        "environment, sharing the models, a server guest's instances sharing its address and "
-        "their computes batched); output lines stay whole; exit code = the first non-zero one (default: 1)",
+        "environment, sharing the models, which start with room for N sequences; a server guest's "
+        "instances sharing its address and their computes batched); output lines stay whole; "
+        "exit code = the first non-zero one (default: 1)",
     )
     run.add_argument(
         "--timeout",

@@ -118,6 +118,7 @@ def _open_model(
     keep: bool,
     make_room: Callable[[int], int],
     prompt_cache: PromptCache | None = None,
+    expected: int = 0,
 ) -> LoadedModel:
     started = time.perf_counter()
     cache = None
@@ -131,7 +132,7 @@ def _open_model(
     try:
         n_ctx_seq = params.ctx_size or min(weights.n_ctx_train or MAX_DEFAULT_CTX, MAX_DEFAULT_CTX)
         cell_bytes = runtime.kv_cache_bytes(weights, 1, params)
-        layout = kv_layout(params, n_ctx_seq, cell_bytes, make_room, label)
+        layout = kv_layout(params, n_ctx_seq, cell_bytes, make_room, label, expected)
         context = runtime.new_context(weights, params, layout)
         heap_trim.trim_heap()  # what the load freed (the vocabulary's working memory) goes back to the system
     except BaseException:
@@ -198,6 +199,10 @@ class ModelRegistry:
         self.runtime: Runtime = runtime
         self.max_idle_models = max_idle_models
         self.prompt_cache = prompt_cache
+        self.expected_sequences = 0
+        """Contexts expected to compute at once (``wasinn run --instances N`` sets it): a model loaded from
+        then on starts with room for that many sequences (:func:`~.config.kv_sizing.kv_layout`), so the
+        guests arriving together never wait for its context to grow."""
         self._lock = threading.RLock()
         self._preloads: dict[str, Preload] = {}
         self._models: dict[tuple[object, ...], LoadedModel] = {}
@@ -259,6 +264,7 @@ class ModelRegistry:
                     keep=True,
                     make_room=functools.partial(self._make_room, kv_budget),
                     prompt_cache=self.prompt_cache,
+                    expected=self.expected_sequences,
                 )
                 model.name = name
                 self._models[key] = model
@@ -304,6 +310,7 @@ class ModelRegistry:
                         keep=False,
                         make_room=functools.partial(self._make_room, kv_budget),
                         prompt_cache=self.prompt_cache,
+                        expected=self.expected_sequences,
                     )
                 finally:
                     os.unlink(name)

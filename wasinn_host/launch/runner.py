@@ -48,6 +48,9 @@ class GuestHost(Protocol):
     def cancel_all(self) -> None:
         """Stop every inference in flight."""
 
+    def expect_guests(self, count: int) -> None:
+        """``count`` guests will compute at once: models loaded from now on start with room for them."""
+
 
 class EpochTicker:
     """Advances an engine's epoch every :data:`TICK_SECONDS`, so Stores check their stop in time."""
@@ -113,6 +116,7 @@ def run_instances(
     each, whose message names the limit as ``timeout_name``: ``--timeout`` for the command line), and
     Ctrl-C interrupts all of them (KeyboardInterrupt is raised once they have stopped)."""
     compiled = nn.load_guest(module)
+    nn.expect_guests(instances)
     stop = GuestStop(timeout, timeout_name)
     ticker = EpochTicker(nn.engine) if nn.interruptible else None
     options = replace(options, stop=stop)
