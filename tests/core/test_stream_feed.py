@@ -179,3 +179,72 @@ def test_every_thread_waiting_on_a_feed_wakes() -> None:
     for thread in (*takers, ender):
         thread.join()
     assert [item.generated if item is not None else None for item in got] == [[5], None]  # type: ignore[attr-defined]
+
+
+def test_where_llama_cpp_takes_every_core_no_decode_starts_before_the_woken_guests_come_back(
+    fake_model: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With llama.cpp's threads on every core, the worker waits for the streaming guests it just woke to
+    ask for their next token before it decodes again, so they never run beside a decode; the texts are
+    those of a compute."""
+    from wasinn_host.core.scheduling import scheduler
+
+    monkeypatch.setattr(scheduler, "GUESTS_BACK_MIN_S", 30.0)  # no deadline in the way: the wait itself
+    monkeypatch.setattr(scheduler, "GUESTS_BACK_MAX_S", 30.0)
+    worker = make_worker(fake_model, delay=0.001)
+    worker._await_guests = True
+    feeds: list[StreamFeed] = []
+    out_early: list[int] = []
+    decode = worker.context.decode
+
+    def checked(*args: Any, **kwargs: Any) -> int:
+        out_early.extend(1 for feed in feeds if feed.comeback is not None)  # a woken guest not back yet
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(worker.context, "decode", checked)
+    texts: dict[int, str] = {}
+
+    def guest(index: int, prompt: str) -> None:
+        feed = feeds[index]
+        out = []
+        while (item := feed.take()) is not None:
+            out.append(item.text.decode())
+            for _ in range(2000):  # a little work per token, as a guest's host calls are
+                pass
+        texts[index] = "".join(out)
+
+    prompts = ["f", "hello", "abc"]
+    for prompt in prompts:
+        feeds.append(stream(worker, ContextState(), prompt, True, 16))
+    threads = [threading.Thread(target=guest, args=(i, p)) for i, p in enumerate(prompts)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    try:
+        assert [texts[i] for i in range(len(prompts))] == [successor_text(p) + "</s>" for p in prompts]
+        assert worker.guests_awaited > 0 and out_early == []
+        assert worker.late_guests == 0
+    finally:
+        worker.close()
+
+
+def test_a_guest_that_misses_the_deadline_is_not_waited_for_again(fake_model: pathlib.Path) -> None:
+    """A guest slower than the deadline costs the worker one wait: it is marked late and the next steps
+    go on without waiting for it; its text is still whole."""
+    worker = make_worker(fake_model, delay=0.001)
+    worker._await_guests = True
+    feed = stream(worker, ContextState(), "hello", True, 16)
+    out = []
+    awaited_when_late = -1
+    try:
+        while (item := feed.take()) is not None:
+            out.append(item.text.decode())
+            if feed.late and awaited_when_late < 0:
+                awaited_when_late = worker.guests_awaited
+            threading.Event().wait(0.02)  # far past the deadline (well under a millisecond)
+        assert "".join(out) == successor_text("hello") + "</s>"
+        assert worker.late_guests == 1 and feed.late
+        assert worker.guests_awaited == awaited_when_late == 1
+    finally:
+        worker.close()

@@ -65,6 +65,8 @@ def _model_entry(model: "LoadedModel") -> dict[str, Any]:
         "step_time": worker.clock.report(),
         "carried_plans": worker.carried_plans,
         "rows_sampled_together": worker.rows_sampled_together,
+        "guests_awaited": worker.guests_awaited,
+        "late_guests": worker.late_guests,
         "sequences_per_decode": round(worker.sequences_decoded / worker.decode_calls, 3)
         if worker.decode_calls
         else 0.0,

@@ -57,7 +57,7 @@ from . import (
     speculation,
     stop_rules,
 )
-from .context_growth import ContextMaker, Growth
+from .context_growth import ContextMaker, Growth, spare_core
 from .draft_budget import DecodeCost, passes
 from .prefix_reuse import MIN_SHARED_PREFIX
 from .slot_state import ContextState, Job, Slot
@@ -65,7 +65,7 @@ from .speculation import MAX_SPECULATIVE_BATCH
 from .step_clock import StepClock
 from .step_cost import StepCost, attended
 from .stop_rules import cut_at_stop
-from .stream_feed import StreamFeed
+from .stream_feed import GuestsBack, StreamFeed
 
 __all__ = [
     "MAX_SPECULATIVE_BATCH",
@@ -106,6 +106,18 @@ _FAILURES: dict[StopReason, ErrorKind] = {
     StopReason.INTERNAL_ERROR: ErrorKind.RUNTIME_ERROR,
     StopReason.OUTPUT_LIMIT: ErrorKind.TOO_LARGE,
 }
+
+
+GUEST_BACK_S = 60e-6
+"""What one streaming guest is given to handle its token and ask for the next before the worker decodes
+again (:meth:`ModelWorker._deliver`): a guest's host calls for one token take 20-50 us on a CPU."""
+GUESTS_BACK_MIN_S = 0.5e-3
+GUESTS_BACK_MAX_S = 5e-3
+
+
+def guests_deadline(woken: int) -> float:
+    """Seconds the worker waits at most for ``woken`` streaming guests to come back before it decodes."""
+    return min(GUESTS_BACK_MAX_S, GUESTS_BACK_MIN_S + GUEST_BACK_S * woken)
 
 
 class ModelWorker:
@@ -202,6 +214,14 @@ class ModelWorker:
         self._submitted = 0
         self._deliveries: list[tuple[StreamFeed, GenerationResult | tuple[GenerationResult]]] = []
         """Streams' tokens and ends not handed to their feeds yet (:meth:`_deliver`)."""
+        self._guests_back = GuestsBack()
+        self._await_guests = not spare_core(context) and not __import__("os").environ.get("EXP_NOWAIT")
+        self.guests_awaited = 0
+        """Streaming guests the worker waited for before a decode (:meth:`_deliver`)."""
+        """Wait for the streaming guests woken before a decode to come back first (:meth:`_deliver`):
+        llama.cpp's threads take every core (see :func:`.context_growth.spare_core`)."""
+        self.late_guests = 0
+        """Streaming guests that did not come back by the deadline (:meth:`_deliver`): not waited for again."""
         self._thread = threading.Thread(target=self._run, name=f"wasinn-model-{name}", daemon=True)
         self._thread.start()
 
@@ -295,9 +315,11 @@ class ModelWorker:
 
     def _run(self) -> None:
         while True:
+            if self._deliveries:  # the tokens sampled last go now, before the worker waits or decodes again
+                began = time.perf_counter()
+                self._deliver(self._await_guests)
+                self.clock.add("guests", time.perf_counter() - began)
             with self._cv:
-                if self._deliveries:  # nothing to decode next: the tokens sampled last go now
-                    self._deliver()
                 while not (self._incoming or self._releases or self._closing or self._active or self._waiting):
                     self._cv.wait()
                 if self._closing and not (self._incoming or self._active or self._waiting):
@@ -773,8 +795,9 @@ class ModelWorker:
     def _decode(self, in_batch: list[Job], first: int, n_tokens: int, n_passes: int, cells: int) -> bool:
         """Run ``n_tokens`` of the batch from index ``first`` (the tokens of ``in_batch``, in ``n_passes``
         passes, attending ``cells`` KV cells); on failure, free the jobs' cells and fail them."""
+        self._deliver(self._await_guests)  # an end the admission or the plan gave
+        self.clock.lap("guests")
         began = time.perf_counter()
-        self._deliver()
         rc = self.context.decode(self._batch, first, n_tokens)
         self.clock.lap("launch")
         with self._cv:  # while a GPU computes: requests submitted meanwhile join the waiting list
@@ -866,18 +889,45 @@ class ModelWorker:
                 return
         self._finish(job, stop)
 
-    def _deliver(self) -> None:
+    def _deliver(self, await_guests: bool = False) -> None:
         """Hand the tokens sampled since the last delivery to their streams' feeds, and the ends of the
         streams' jobs after them.  The worker delivers right before it calls llama.cpp (and before it
         waits for work): the guests it wakes then run while llama.cpp computes without the GIL, instead
-        of taking it from the worker while it samples the other jobs."""
+        of taking it from the worker while it samples the other jobs.
+
+        With ``await_guests`` (llama.cpp's threads take every core: :attr:`_await_guests`), the worker
+        then waits for the guests it woke to come back for their next token (:class:`.GuestsBack`), at
+        most :func:`guests_deadline`, so that they run before the decode instead of beside it.  A guest
+        that misses the deadline is not waited for again."""
         deliveries, self._deliveries = self._deliveries, []
+        woken: dict[int, StreamFeed] = {}
+        if await_guests:
+            for feed, item in deliveries:
+                if (
+                    isinstance(item, GenerationResult)
+                    and item.stop_reason is StopReason.TOKEN
+                    and feed.waiting
+                    and not feed.late
+                ):
+                    woken[id(feed)] = feed
+        back = self._guests_back
+        if woken:
+            self.guests_awaited += len(woken)
+            back.expect(len(woken))  # before any of them is woken, so none counts down too early
+            for feed in woken.values():
+                feed.comeback = back
         for feed, item in deliveries:
             if isinstance(item, GenerationResult):
                 feed.undelivered -= 1
                 feed.put(item)
             else:
                 feed.close(item[0])
+        if woken and not back.wait(guests_deadline(len(woken))):
+            for feed in woken.values():
+                if feed.comeback is not None:
+                    feed.comeback = None
+                    feed.late = True
+                    self.late_guests += 1
 
     def _sample_token(self, job: Job) -> tuple[int, bytes]:
         """Sample one token, record it (and its alternatives with ``n-probs``), return it and its bytes."""

@@ -6,6 +6,9 @@ A step of :class:`~wasinn_host.core.scheduling.scheduler.ModelWorker` is, in ord
   (prefix trims and copies, samplers); the requests submitted during a step are taken while the device
   computes it (between ``launch`` and ``device``), so on a GPU that part overlaps the decode;
 - ``plan``: choosing the step's tokens (:mod:`.batch_plan`) and filling the batch;
+- ``guests``: where llama.cpp's threads take every core, waiting for the streaming guests just handed
+  their tokens to come back for the next (:class:`~.stream_feed.GuestsBack`), so that they do not run
+  beside the decode; the guests' own time, counted in neither the host's part nor llama.cpp's;
 - ``launch``: ``llama_decode`` itself (on a CPU the whole forward pass; on a GPU the graph's launch,
   the device computing on);
 - ``device``: waiting for the device to finish (``llama_synchronize``; nothing on a CPU);
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import time
 
-PHASES = ("admit", "plan", "launch", "device", "sample")
+PHASES = ("admit", "plan", "guests", "launch", "device", "sample")
 HOST_PHASES = ("admit", "plan", "sample")
 LLAMA_PHASES = ("launch", "device")
 
@@ -46,6 +49,10 @@ class StepClock:
         now = time.perf_counter()
         self.seconds[phase] += now - self._mark
         self._mark = now
+
+    def add(self, phase: str, seconds: float) -> None:
+        """``seconds`` spent in ``phase`` outside a lap (between two steps)."""
+        self.seconds[phase] += seconds
 
     def report(self) -> dict[str, float]:
         """Totals in seconds and means per step in milliseconds, JSON-ready."""

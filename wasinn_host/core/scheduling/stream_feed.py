@@ -47,6 +47,49 @@ class Outlook(str, enum.Enum):
     """The stream ends after the tokens held (end of generation, a full context, an error)."""
 
 
+class GuestsBack:
+    """The guests a delivery woke, counted down as each comes back for its next token.
+
+    Where llama.cpp's threads take every core (a CPU decode), a guest that handles its token while the
+    next decode runs takes a core from it, and llama.cpp's threads, which meet at a barrier after every
+    graph node, all wait for the one it displaced.  So the worker, having woken the streams' guests,
+    waits for them to come back (:meth:`StreamFeed.take` or :meth:`StreamFeed.end`) before it decodes
+    again, at most a deadline; on a GPU, or with a core to spare, it does not wait.
+    """
+
+    __slots__ = ("_lock", "_left", "_done")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._left = 0
+        self._done: queue.SimpleQueue[None] = queue.SimpleQueue()
+
+    def expect(self, count: int) -> None:
+        """``count`` guests were woken (worker, before waking them)."""
+        with self._lock:
+            self._left = count
+
+    def back(self) -> None:
+        """One guest came back (guest side)."""
+        with self._lock:
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            self._done.put(None)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until every guest came back or ``timeout`` seconds passed; whether they all did."""
+        try:
+            self._done.get(timeout=timeout)
+            return True
+        except queue.Empty:
+            with self._lock:
+                self._left = 0  # the late ones count down nothing: the next expect() starts over
+            while not self._done.empty():  # one came back right at the deadline
+                self._done.get_nowait()
+            return False
+
+
 class StreamFeed:
     """The tokens one stream's job sampled and its guest has not taken yet, one result each.
 
@@ -67,6 +110,8 @@ class StreamFeed:
         "ended",
         "undelivered",
         "listener",
+        "comeback",
+        "late",
     )
 
     def __init__(self, lookahead: int = LOOKAHEAD, listener: Callable[[], None] | None = None) -> None:
@@ -86,6 +131,10 @@ class StreamFeed:
         """Tokens the worker sampled for the feed and holds until it next calls llama.cpp (worker only)."""
         self.listener = listener
         """Called (on the worker's thread, without the feed's lock) after each token and at the job's end."""
+        self.comeback: GuestsBack | None = None
+        """Told when the guest next asks for a token or ends the stream (set by the worker as it wakes it)."""
+        self.late = False
+        """The guest did not come back by the worker's deadline once: the worker no longer waits for it."""
 
     def _changed(self) -> int:
         """The threads to wake after a change (holding ``_lock``)."""
@@ -97,6 +146,16 @@ class StreamFeed:
             self._wakeups.put(None)
         if self.listener is not None:
             self.listener()
+
+    @property
+    def waiting(self) -> bool:
+        """A guest waits for the next token (read without the lock: a hint)."""
+        return self._waiters > 0
+
+    def _came_back(self) -> None:
+        comeback, self.comeback = self.comeback, None
+        if comeback is not None:
+            comeback.back()
 
     def _wait(self) -> None:
         """Wait for the next change (called after counting oneself in ``_waiters`` under ``_lock``)."""
@@ -126,6 +185,8 @@ class StreamFeed:
     def take(self) -> GenerationResult | None:
         """The next token's result, waiting for the job to sample it; None once the job ended and every
         token it made was taken."""
+        if self.comeback is not None:
+            self._came_back()
         while True:
             with self._lock:
                 if self._items:
@@ -159,6 +220,8 @@ class StreamFeed:
 
     def end(self) -> None:
         """End the stream early: wait until the worker dropped the job (at once if it ended already)."""
+        if self.comeback is not None:
+            self._came_back()
         while True:
             with self._lock:
                 self.ended = True
