@@ -66,6 +66,7 @@ from native_process import native
 from peak_rss import PeakRss, rss_bytes
 
 from wasinn_host import ModelRegistry, WasiNN
+from wasinn_host.bench.reference import decode_together
 from wasinn_host.core.scheduling.scheduler import ModelWorker
 from wasinn_host.llama import cpu_probe
 from wasinn_host.llama.log import init_backend
@@ -177,72 +178,15 @@ def native_load(path: Path) -> NativeModel:
 def native_run(
     model: NativeModel, prompts: list[list[int]], n_tokens: int, threads: int, ctx_size: int, kv_unified: bool
 ) -> tuple[float, list[bytes]]:
-    """Decode ``len(prompts)`` sequences batched; aggregate generated tokens/s and each text."""
-    n = len(prompts)
-    cparams = llama_cpp.llama_context_default_params()
-    cparams.n_ctx = ctx_size * n
-    cparams.n_batch = cparams.n_ubatch = N_BATCH
-    cparams.n_seq_max = n
-    cparams.n_threads = cparams.n_threads_batch = threads
-    cparams.kv_unified = kv_unified
-    ctx = llama_cpp.llama_init_from_model(model.ptr, cparams)
-    if not ctx:
-        raise SystemExit("llama.cpp could not create the native context")
-    batch = llama_cpp.llama_batch_init(N_BATCH, 0, 1)
-    samplers = []
-    for _ in range(n):
-        chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
-        samplers.append(chain)
-    texts = [bytearray() for _ in range(n)]
-    counts = [0] * n
-    next_token = [0] * n
+    """Decode ``len(prompts)`` sequences batched (``wasinn bench``'s reference loop,
+    :func:`wasinn_host.bench.reference.decode_together`, greedy); aggregate generated tokens/s and each text."""
+    texts = [bytearray() for _ in prompts]
 
-    def add(i: int, token: int, pos: int, seq: int, logits: bool) -> None:
-        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, pos, 1, logits
-        batch.seq_id[i][0] = seq
-
-    def decode(n_tokens_in_batch: int) -> None:
-        batch.n_tokens = n_tokens_in_batch
-        rc = llama_cpp.llama_decode(ctx, batch)
-        if rc != 0:
-            raise SystemExit(f"native llama_decode failed: {rc}")
-
-    def sample(seq: int, index: int) -> None:
-        token = llama_cpp.llama_sampler_sample(samplers[seq], ctx, index)
+    def took(seq: int, token: int) -> None:
         texts[seq] += model.piece(token)
-        counts[seq] += 1
-        next_token[seq] = token
 
-    started = time.perf_counter()
-    # prompts: all sequences packed together, chunked to n_batch
-    items = [(seq, pos, tok) for seq, prompt in enumerate(prompts) for pos, tok in enumerate(prompt)]
-    for chunk_start in range(0, len(items), N_BATCH):
-        chunk = items[chunk_start : chunk_start + N_BATCH]
-        finishing: list[tuple[int, int]] = []
-        for i, (seq, pos, tok) in enumerate(chunk):
-            last = pos == len(prompts[seq]) - 1
-            add(i, tok, pos, seq, last)
-            if last:
-                finishing.append((seq, i))
-        decode(len(chunk))
-        for seq, index in finishing:
-            sample(seq, index)
-    # generation: one token per sequence per decode, in seq-id order
-    positions = [len(p) for p in prompts]
-    while min(counts) < n_tokens:
-        for seq in range(n):
-            add(seq, next_token[seq], positions[seq], seq, True)
-            positions[seq] += 1
-        decode(n)
-        for seq in range(n):
-            sample(seq, seq)
-    elapsed = time.perf_counter() - started
-    for chain in samplers:
-        llama_cpp.llama_sampler_free(chain)
-    llama_cpp.llama_batch_free(batch)
-    llama_cpp.llama_free(ctx)
-    return n * n_tokens / elapsed, [bytes(t) for t in texts]
+    rate, _ = decode_together(model.ptr, prompts, n_tokens, threads, ctx_size, True, kv_unified, took)
+    return rate, [bytes(t) for t in texts]
 
 
 _MODELS: dict[str, NativeModel] = {}

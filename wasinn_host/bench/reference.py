@@ -19,6 +19,7 @@ import ctypes
 import random
 import string
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import llama_cpp
@@ -73,17 +74,26 @@ def _prompts(model: ctypes.c_void_p, n: int, letters: int, seed: int) -> list[li
     return out
 
 
-def _decode_run(
-    model: ctypes.c_void_p, prompts: list[list[int]], tokens: int, threads: int, ctx_size: int, sample: bool
+def decode_together(
+    model: ctypes.c_void_p,
+    prompts: list[list[int]],
+    tokens: int,
+    threads: int,
+    ctx_size: int,
+    sample: bool,
+    kv_unified: bool = False,
+    on_token: Callable[[int, int], None] | None = None,
 ) -> tuple[float, float]:
-    """Aggregate generated tokens/s and ms to every sequence's first token, one context of ``len(prompts)``."""
+    """Aggregate generated tokens/s and ms to every sequence's first token, one context of ``len(prompts)``
+    sequences of ``ctx_size`` cells (``kv_unified``: one pool of cells for all, as ``llama-server
+    --kv-unified``); with ``sample``, ``on_token(sequence, token)`` is told each token sampled."""
     n = len(prompts)
     cparams = llama_cpp.llama_context_default_params()
     cparams.n_ctx = ctx_size * n
     cparams.n_batch = cparams.n_ubatch = N_BATCH
     cparams.n_seq_max = n
     cparams.n_threads = cparams.n_threads_batch = threads
-    cparams.kv_unified = False
+    cparams.kv_unified = kv_unified
     ctx = llama_cpp.llama_init_from_model(model, cparams)
     if not ctx:
         raise RuntimeError("llama.cpp could not create the reference's context")
@@ -121,6 +131,8 @@ def _decode_run(
             for seq, index in finishing:
                 if sample:
                     next_token[seq] = llama_cpp.llama_sampler_sample(samplers[seq], ctx, index)
+                    if on_token is not None:
+                        on_token(seq, next_token[seq])
         first = time.perf_counter()
         positions = [len(p) for p in prompts]
         for _ in range(tokens - 1):  # the prompt's step gave each sequence its first token
@@ -131,6 +143,8 @@ def _decode_run(
             if sample:
                 for seq in range(n):
                     next_token[seq] = llama_cpp.llama_sampler_sample(samplers[seq], ctx, seq)
+                    if on_token is not None:
+                        on_token(seq, next_token[seq])
         elapsed = time.perf_counter() - started
     finally:
         for chain in samplers:
@@ -146,6 +160,6 @@ def reference_run(
     """Both ways on ``n`` fresh prompts of ``letters`` random letters, ``tokens`` generated per sequence."""
     model = _model(path, n_gpu_layers)
     prompts = _prompts(model, n, letters, seed)
-    decode_rate, _ = _decode_run(model, prompts, tokens, threads, ctx_size, sample=False)
-    sampled_rate, ttft = _decode_run(model, prompts, tokens, threads, ctx_size, sample=True)
+    decode_rate, _ = decode_together(model, prompts, tokens, threads, ctx_size, sample=False)
+    sampled_rate, ttft = decode_together(model, prompts, tokens, threads, ctx_size, sample=True)
     return ReferenceRun(decode_rate, sampled_rate, ttft)
