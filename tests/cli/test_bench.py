@@ -17,7 +17,7 @@ from wasinn_host.bench.runner import run_bench
 from wasinn_host.testing.gguf_models import write_random_model
 
 SVG = "{http://www.w3.org/2000/svg}"
-STEP_KEYS = {"admit", "plan", "sample", "host", "llama_cpp"}
+STEP_KEYS = {"admit", "plan", "sample", "host", "guests", "llama_cpp"}
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def test_the_table_has_a_line_per_guests_and_way_and_for_llama_cpp(small_run: Re
     for row, figures in zip(host_rows, report["host"]):
         assert float(row[2]) == pytest.approx(figures["tokens_per_s"], abs=0.06)
         assert float(row[4]) == pytest.approx(figures["ratio_to_llama_cpp"], abs=0.0006)
-        assert len(row) == 13  # tok/s, spread, 2 ratios, TTFT, 5 step columns, host us per sequence-step
+        assert len(row) == 14  # tok/s, spread, 2 ratios, TTFT, 6 step columns, host us per sequence-step
 
 
 def test_the_command_line_writes_the_default_model_json_and_chart(tmp_path: pathlib.Path) -> None:

@@ -15,7 +15,14 @@ from typing import Any
 from .guests import GuestRun
 from .reference import ReferenceRun
 
-STEP_PHASES = (("admit", "admit"), ("plan", "plan"), ("sample", "sample"), ("host", "host"), ("llama_cpp", "llama"))
+STEP_PHASES = (
+    ("admit", "admit"),
+    ("plan", "plan"),
+    ("sample", "sample"),
+    ("host", "host"),
+    ("guests", "guests"),
+    ("llama_cpp", "llama"),
+)
 """The step clock's columns: (name in the report, prefix of ``--status``'s ``step_time`` key)."""
 
 
@@ -124,6 +131,7 @@ COLUMNS = (
     ("plan", 7),
     ("sample", 7),
     ("host", 7),
+    ("guests", 7),
     ("llama", 7),
     ("host us/seq", 12),
 )
@@ -183,7 +191,7 @@ def table(results: Results) -> str:
     lines += [
         "vs llama.cpp: the host's tok/s over llama.cpp decoding as many sequences alone in a process of its own, "
         "no sampling; vs +sampler: over llama.cpp with a greedy sampler per sequence",
-        "admit, plan, sample, host (their sum), llama: ms per step (--status's step_time); host us/seq: the host's "
-        "own time per sequence per step",
+        "admit, plan, sample, host (their sum), guests (the wait for streaming guests between decodes), llama: ms "
+        "per step (--status's step_time); host us/seq: the host's own time per sequence per step",
     ]
     return "\n".join(lines)
