@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import llama_cpp
 
+from ..llama import cpu_probe
 from ..llama.log import init_backend
 
 N_BATCH = 512
@@ -50,6 +51,7 @@ def _model(path: str, n_gpu_layers: int) -> ctypes.c_void_p:
     key = (path, n_gpu_layers)
     if key not in _MODELS:
         init_backend()
+        cpu_probe.prepare_for_file(path)  # the host's CPU layouts: AMX off where it crashes, as in the host
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         model = llama_cpp.llama_model_load_from_file(path.encode(), params)

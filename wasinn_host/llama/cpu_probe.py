@@ -3,13 +3,15 @@
 On some machines one of llama.cpp's extra CPU layouts (:mod:`.cpu_buffers`) kills the whole process at the
 first batched decode of a quantized model, with nothing for a Python ``try`` to catch: its AMX layout on
 Intel Xeons with AMX (SIGILL at ``tilezero`` inside ``ggml_backend_amx_mul_mat``, or SIGSEGV, on an OpenMP
-worker thread).  So before the first quantized model of a process loads, the host finds out, once per
-llama.cpp build and CPU, in child processes:
+worker thread).  The AMX layout also holds F16 weights (an AVX-512 path of the same function), which died
+of a general protection fault there too, at 64 sequences of 2,048 cells.  So before the first model of a
+process with weights other than F32 loads, the host finds out, once per llama.cpp build and CPU, in child
+processes:
 
 1. ``python -m wasinn_host.llama.cpu_probe`` quantizes the embedded demo model to Q4_0 (a type every layout
    takes), loads it with the layouts as they are, decodes a 32-token batch on all cores and compares the
-   logits with the same model loaded without extra layouts.  A child that dies, hangs, fails or computes
-   other logits is a failed probe.
+   logits with the same model loaded without extra layouts; then the same with the demo model as it is
+   (F16).  A child that dies, hangs, fails or computes other logits is a failed probe.
 2. If it failed, each layout is tried turned off alone, in llama.cpp's order (AMX first); the first that
    passes is the verdict.  If none does, every extra layout is turned off (llama.cpp's
    ``use_extra_bufts = False``).
@@ -19,7 +21,7 @@ llama.cpp build and CPU, in child processes:
    and one log line says what and why (a warning when the probe has just run, info when read back).
 
 ``WASINN_AMX`` forces the choice: ``off`` turns the AMX layout off without probing, ``on`` keeps every layout
-without probing, ``auto`` (the default) probes.  Models without quantized weights never need the probe.
+without probing, ``auto`` (the default) probes.  Models whose weights are all F32 never need the probe.
 """
 
 from __future__ import annotations
@@ -45,13 +47,13 @@ log = logging.getLogger("wasinn_host")
 
 POLICY_ENV = "WASINN_AMX"
 POLICIES = ("auto", "on", "off")
-PROBE_VERSION = 1
+PROBE_VERSION = 2
 """Part of the verdict's key: a change to what the probe checks probes again."""
 PROBE_TIMEOUT_S = 120
 PROBE_TOKENS = 32
 MIN_COSINE = 0.99
 """How alike the last row's logits must be, with and without the extra layouts (same quantized weights)."""
-UNQUANTIZED_TYPES = frozenset({0, 1, 30})  # GGML_TYPE_F32, F16, BF16: no extra layout holds them here
+F32_TYPES = frozenset({0})  # GGML_TYPE_F32: no extra layout holds it (AMX holds F16 and BF16 too)
 
 
 @dataclass(frozen=True)
@@ -244,8 +246,8 @@ def _decide_now(runner: Runner) -> Verdict:
 
 
 def needs_probe(weight_types: frozenset[int]) -> bool:
-    """Whether weights of these ggml types can go into an extra CPU layout (quantized ones do)."""
-    return bool(weight_types - UNQUANTIZED_TYPES)
+    """Whether weights of these ggml types can go into an extra CPU layout (all but F32 can)."""
+    return bool(weight_types - F32_TYPES)
 
 
 def prepare(weight_types: frozenset[int]) -> None:
@@ -288,16 +290,19 @@ def _probe_main(without: list[str]) -> int:
         if llama_cpp.llama_model_quantize(str(DEMO_MODEL_PATH).encode(), quantized.encode(), ctypes.byref(qparams)):
             print("cannot quantize the probe model")
             return 2
-        rows = [_decode(llama_cpp, quantized, extra) for extra in (True, False)]
-    if any(row is None for row in rows):
-        print("cannot load the probe model")
-        return 2
-    a, b = (np.asarray(row, dtype=np.float64) for row in rows)
-    cosine = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) or 1.0))
-    if cosine < MIN_COSINE or int(a.argmax()) != int(b.argmax()):
-        print(f"logits differ (cosine {cosine:.3f})")
-        return 3
-    print(f"ok (cosine {cosine:.5f})")
+        cosines = []
+        for name, path in (("Q4_0", quantized), ("F16", str(DEMO_MODEL_PATH))):
+            rows = [_decode(llama_cpp, path, extra) for extra in (True, False)]
+            if any(row is None for row in rows):
+                print(f"cannot load the {name} probe model")
+                return 2
+            a, b = (np.asarray(row, dtype=np.float64) for row in rows)
+            cosine = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) or 1.0))
+            if cosine < MIN_COSINE or int(a.argmax()) != int(b.argmax()):
+                print(f"{name} logits differ (cosine {cosine:.3f})")
+                return 3
+            cosines.append(f"{name} cosine {cosine:.5f}")
+    print(f"ok ({', '.join(cosines)})")
     return 0
 
 
