@@ -65,6 +65,7 @@ def _model_entry(model: "LoadedModel") -> dict[str, Any]:
         "step_time": worker.clock.report(),
         "carried_plans": worker.carried_plans,
         "rows_sampled_together": worker.rows_sampled_together,
+        "rows_drawn_together": worker.rows_drawn_together,
         "sequences_per_decode": round(worker.sequences_decoded / worker.decode_calls, 3)
         if worker.decode_calls
         else 0.0,

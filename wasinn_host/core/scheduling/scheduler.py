@@ -176,7 +176,10 @@ class ModelWorker:
         self.decoded_tokens = 0
         self.generated_tokens = 0
         self.rows_sampled_together = 0
-        """Tokens chosen by one greedy ``argmax`` over the logits rows of a decoded part (:meth:`_use_outputs`)."""
+        """Tokens chosen together with others of a decoded part (:meth:`_use_outputs`): by one greedy
+        ``argmax`` over the logits rows, or drawn as arrays with the rows of the same sampler kind."""
+        self.rows_drawn_together = 0
+        """Of those, the seeded draws (top-k, top-p, min-p, temperature: :meth:`.Context.drawn_tokens`)."""
         self.sequences_decoded = 0  # summed over decode calls: busy sequences per decode
         self.requests = 0
         self.rejected = 0
@@ -592,6 +595,7 @@ class ModelWorker:
         elif job.request.reset_sampler:
             state.sampler.reset()  # a streaming step keeps the chain's history
         job.plain_greedy = state.sampler.argmax_only and not sampling.n_probs
+        job.row_draw = state.sampler.draws_together and not sampling.n_probs
 
     # 2-4. one step: plan, decode, sample -------------------------------------------
 
@@ -641,6 +645,7 @@ class ModelWorker:
         decoded; its batch indices become the part's (``first`` is the part's first index)."""
         now = time.perf_counter()
         together: list[Job] = []
+        drawn: list[Job] = []
         for job in jobs:
             if job.logits_index < 0:
                 continue
@@ -655,12 +660,21 @@ class ModelWorker:
                 self._embed(job)
             elif self._argmax_only(job):
                 together.append(job)
+            elif job.row_draw and not job.draft and len(job.result.generated) < job.request.limit:
+                drawn.append(job)
             else:
                 self._sample(job)
         if together:
             tokens = self.context.greedy_tokens([job.logits_index for job in together])
             self.rows_sampled_together += len(together)
             for job, token in zip(together, tokens):
+                self._took(job, token, self._record(job, token))
+        if drawn:
+            indices = [job.logits_index for job in drawn]
+            tokens = self.context.drawn_tokens(indices, [job.state.sampler for job in drawn])
+            self.rows_sampled_together += len(drawn)
+            self.rows_drawn_together += len(drawn)
+            for job, token in zip(drawn, tokens):
                 self._took(job, token, self._record(job, token))
 
     @staticmethod
