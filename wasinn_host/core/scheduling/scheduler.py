@@ -596,6 +596,13 @@ class ModelWorker:
             state.sampler.reset()  # a streaming step keeps the chain's history
         job.plain_greedy = state.sampler.argmax_only and not sampling.n_probs
         job.row_draw = state.sampler.draws_together and not sampling.n_probs
+        request, stop = job.request, job.request.stopping
+        job.plain_rules = (
+            job.feed is None
+            and not request.streaming
+            and request.on_piece is None
+            and not (stop.reverse_prompt or stop.stop or stop.max_time_ms)
+        )
 
     # 2-4. one step: plan, decode, sample -------------------------------------------
 
@@ -665,17 +672,36 @@ class ModelWorker:
             else:
                 self._sample(job)
         if together:
-            tokens = self.context.greedy_tokens([job.logits_index for job in together])
+            self._took_together(together, self.context.greedy_tokens([job.logits_index for job in together]))
             self.rows_sampled_together += len(together)
-            for job, token in zip(together, tokens):
-                self._took(job, token, self._record(job, token))
         if drawn:
             indices = [job.logits_index for job in drawn]
-            tokens = self.context.drawn_tokens(indices, [job.state.sampler for job in drawn])
+            self._took_together(drawn, self.context.drawn_tokens(indices, [job.state.sampler for job in drawn]))
             self.rows_sampled_together += len(drawn)
             self.rows_drawn_together += len(drawn)
-            for job, token in zip(drawn, tokens):
-                self._took(job, token, self._record(job, token))
+
+    def _took_together(self, jobs: list[Job], tokens: list[int]) -> None:
+        """The tokens sampled together for ``jobs``: recorded, then through the stop rules.  A computing job
+        whose only rules are the usual ones (``plain_rules``: end of generation, its limit, the output's
+        size, a full context) goes on after a few comparisons when none of them applies; any other job,
+        or one that a rule may stop, goes through :meth:`_took` (the same rules, in full)."""
+        piece, is_eog, n_ctx_seq = self.model.piece, self.model.is_eog, self.n_ctx_seq
+        for job, token in zip(jobs, tokens):
+            data = piece(token)
+            result, request = job.result, job.request
+            result.generated.append(token)
+            result.text += data
+            if (
+                job.plain_rules
+                and len(result.generated) < request.limit
+                and len(result.text) <= request.max_output_bytes
+                and len(job.tokens) < n_ctx_seq
+                and (request.stopping.ignore_eos or not is_eog(token))
+            ):
+                job.tokens.append(token)  # decoded in the next batch
+            else:
+                self._took(job, token, data)
+        self.generated_tokens += len(jobs)
 
     @staticmethod
     def _argmax_only(job: Job) -> bool:
