@@ -151,7 +151,7 @@ def test_chains_the_arrays_do_not_cover_stay_on_llama_cpp(model: LlamaModel) -> 
         {"grammar": 'root ::= "a"'},
         {"dynatemp_range": 0.5},
     ):
-        sampler = host_sampler.Sampler(model, SamplingParams(**config), 64)  # type: ignore[arg-type]
+        sampler = host_sampler.Sampler(model, SamplingParams(**config), 64)
         try:
             assert not sampler.draws_together, config
         finally:
@@ -184,9 +184,7 @@ def complete(nn: WasiNN, jobs: list[tuple[str, dict[str, Any]]]) -> list[str]:
     return texts
 
 
-def test_seeded_guests_together_answer_as_alone_and_as_the_chain(
-    host: WasiNN, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_seeded_guests_together_answer_as_alone_and_as_the_chain(host: WasiNN, monkeypatch: pytest.MonkeyPatch) -> None:
     jobs: list[tuple[str, dict[str, Any]]] = [
         ("a", {"temp": 0.9, "seed": 42}),
         ("b", {"temp": 0.9, "seed": 43}),

@@ -177,7 +177,8 @@ def draw(logits: np.ndarray, samplers: list[RowDraw], exact: bool = False) -> li
         for kind, rows in kinds.items():
             every = len(rows) == len(samplers)
             sub = logits if every else logits[rows]
-            picks, doubtful = (_sorted_draw if kind.top_k else _unsorted_draw)(sub, kind, draws if every else draws[rows])
+            sampled = _sorted_draw if kind.top_k else _unsorted_draw
+            picks, doubtful = sampled(sub, kind, draws if every else draws[rows])
             for i, token, doubt in zip(rows, picks.tolist(), doubtful.tolist()):
                 tokens[i] = token
                 if doubt:

@@ -16,13 +16,13 @@ from ..core.config.params import ModelParams, SamplingParams
 from ..core.errors import ErrorKind, WasiNNError
 from ..core.runtime import KvLayout
 from . import devices
+from .batch_sampling import draw
 from .bindings import llama_cpp
 from .buffers import context_buffers, max_outputs, release_output_rows
 from .context_params import set_embedding_and_rope
 from .load_errors import load_failure_cause
 from .log import capture_llama_log
 from .model import LlamaModel, default_threads, kv_cache_bytes
-from .batch_sampling import draw
 from .sampler import Sampler
 from .vision import ImageSpan
 
@@ -285,7 +285,7 @@ def greedy_tokens(ctx: LlamaContext, batch_indices: list[int]) -> list[int]:
 
     if not batch_indices:
         return []
-    return np.argmax(logits_rows(ctx, batch_indices), axis=1).tolist()  # type: ignore[no-any-return]
+    return np.argmax(logits_rows(ctx, batch_indices), axis=1).tolist()
 
 
 def drawn_tokens(ctx: LlamaContext, batch_indices: list[int], samplers: list[Sampler]) -> list[int]:
