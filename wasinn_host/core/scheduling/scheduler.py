@@ -21,7 +21,8 @@ The worker owns the inference context.  Other threads never touch it: they submi
 3. **decodes** it (with ``decode-logits-rows``, in parts of at most that many sampled rows, each
    sampled before the next is decoded: :mod:`.decode_parts`);
 4. **samples** every job whose tokens are all decoded (plain greedy ones together, one ``argmax``
-   over their logits rows: :meth:`.Context.greedy_tokens`), and **applies its stop rules**; a
+   over their logits rows: :meth:`.Context.greedy_tokens`; seeded top-k/top-p/min-p/temperature
+   ones together as arrays by kind: :meth:`.Context.drawn_tokens`), and **applies its stop rules**; a
    draft is **verified** on the way: the job samples at each draft position in turn, as
    plain decoding would, and keeps the draft while the sampled tokens match it (the first
    token that differs is the next to decode; the cells after it are dropped).  Every token
@@ -665,10 +666,8 @@ class ModelWorker:
                 prompt_cache_use.save_prefix(self.prompt_cache, self.context, job)
             if job.request.embed:
                 self._embed(job)
-            elif self._argmax_only(job):
-                together.append(job)
-            elif job.row_draw and not job.draft and len(job.result.generated) < job.request.limit:
-                drawn.append(job)
+            elif self._together(job):
+                (together if job.plain_greedy else drawn).append(job)
             else:
                 self._sample(job)
         if together:
@@ -704,10 +703,11 @@ class ModelWorker:
         self.generated_tokens += len(jobs)
 
     @staticmethod
-    def _argmax_only(job: Job) -> bool:
-        """The job's next token is the argmax of its logits row alone (plain greedy, no draft to verify, no
-        ``n-probs``, a token still to make): sampled with the others of its part in one array operation."""
-        return job.plain_greedy and not job.draft and len(job.result.generated) < job.request.limit
+    def _together(job: Job) -> bool:
+        """The job's next token is chosen from its logits row alone, with the others' of its part in one
+        array operation: plain greedy (the row's argmax) or drawn as arrays (``row_draw``), no draft to
+        verify, no ``n-probs``, a token still to make."""
+        return (job.plain_greedy or job.row_draw) and not job.draft and len(job.result.generated) < job.request.limit
 
     def _plan_batch(self) -> list[tuple[Job, int]]:
         """(job, tokens to take) for this step (:mod:`.batch_plan`); counts a step whose prompt chunks the
