@@ -1,8 +1,8 @@
 """Seeded draws as arrays (:mod:`wasinn_host.llama.batch_sampling`), on real llama.cpp: the rows of many
-sequences drawn together give, token for token, what llama.cpp's own chain (``top-k -> top-p -> min-p ->
-temperature -> dist``, built by :mod:`wasinn_host.llama.sampler` as it always was) draws for the same seed
-from the same logits; through the host, seeded guests in one batch answer as each does alone and as
-the chain makes them, and the status shows their rows went together."""
+sequences drawn together give, token for token, what llama.cpp's own chain (``penalties -> top-k ->
+top-p -> min-p -> temperature -> dist``, built by :mod:`wasinn_host.llama.sampler` as it always was)
+draws for the same seed from the same logits; through the host, seeded guests in one batch answer as
+each does alone and as the chain makes them, and the status shows their rows went together."""
 
 from __future__ import annotations
 
@@ -36,6 +36,8 @@ CONFIGS: list[dict[str, Any]] = [
     {"temp": 1.2, "top_k": 0, "top_p": 1.0, "min_p": 0.1},  # min-p over the vocabulary, in its order
     {"temp": 0.8, "top_k": 60, "top_p": 1.0, "min_p": 0.05, "min_keep": 3},
     {},  # WasmEdge's defaults: top-k 40, top-p 0.95, min-p 0.05, temperature 0.8
+    {"repeat_penalty": 1.3, "frequency_penalty": 0.2, "presence_penalty": 0.1, "last_n_penalty": 16},
+    {"temp": 1.5, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.5, "last_n_penalty": -1},
 ]
 
 
@@ -48,9 +50,10 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaModel]:
     loaded.close()
 
 
-def chain_of(model: LlamaModel, params: SamplingParams) -> Any:
+def chain_of(model: LlamaModel, params: SamplingParams, n_ctx_seq: int = 64) -> Any:
     """llama.cpp's chain for ``params``, built as the host built it before rows were drawn as arrays."""
-    return host_sampler._chain(host_sampler._pre_stages(model, params, 64) + host_sampler._draw_stages(model, params))
+    stages = host_sampler._pre_stages(model, params, n_ctx_seq) + host_sampler._draw_stages(model, params)
+    return host_sampler._chain(stages)
 
 
 def chain_pick(chain: Any, row: np.ndarray) -> int:
@@ -75,7 +78,7 @@ def test_rows_drawn_together_are_the_chains_draws(model: LlamaModel, config: dic
     params = [SamplingParams(seed=seed, **config) for seed in seeds]
     samplers = [context.new_sampler(p) for p in params]
     exact = [context.new_sampler(p) for p in params]
-    chains = [chain_of(model, p) for p in params]
+    chains = [chain_of(model, p, context.n_ctx_seq) for p in params]
     before = (batch_sampling.DrawCounts.rows, batch_sampling.DrawCounts.exact)
     try:
         assert all(s.draws_together for s in samplers), "these chains are drawn as arrays"
@@ -143,7 +146,7 @@ def test_the_random_numbers_are_llama_cpps() -> None:
 def test_chains_the_arrays_do_not_cover_stay_on_llama_cpp(model: LlamaModel) -> None:
     for config in (
         {"temp": 0.0},
-        {"repeat_penalty": 1.1},
+        {"dry_multiplier": 0.8},
         {"logit_bias": ((3, 1.0),)},
         {"mirostat": 2},
         {"typ_p": 0.9},
@@ -191,15 +194,18 @@ def test_seeded_guests_together_answer_as_alone_and_as_the_chain(host: WasiNN, m
         ("c", {"temp": 1.3, "seed": 5, "top-k": 8}),
         ("d", {"temp": 1.1, "seed": 6, "top-p": 0.9, "min-p": 0.0}),
         ("e", {"temp": 0.8, "seed": 7, "top-k": 0, "top-p": 1.0, "min-p": 0.02}),
+        ("g", {"temp": 1.0, "seed": 8, "repeat-penalty": 1.4, "presence-penalty": 0.3}),
         ("f", {"temp": 0}),
     ]
     alone = [complete(host, [job])[0] for job in jobs]
     (model,) = host.registry.loaded()
     before = model.worker.rows_drawn_together
     assert complete(host, jobs) == alone
-    assert model.worker.rows_drawn_together - before >= 5 * 24, "the seeded rows were drawn together"
+    assert model.worker.rows_drawn_together - before >= 6 * 24, "the seeded rows were drawn together"
     assert host.status()["models"][0]["rows_drawn_together"] == model.worker.rows_drawn_together
-    monkeypatch.setattr(host_sampler, "draw_kind", lambda params, n_vocab: None)  # llama.cpp's chain, row by row
+    monkeypatch.setattr(
+        host_sampler, "draw_kind", lambda params, n_vocab, n_ctx_seq: None
+    )  # llama.cpp's chain, row by row
     by_chain = [complete(host, [job])[0] for job in jobs]
     assert by_chain == alone
     assert len(set(alone)) == len(alone), alone

@@ -1,7 +1,7 @@
 """Seeded sampling of many logits rows at once, drawing exactly what llama.cpp's own chain draws.
 
-A sampler whose chain is ``top-k -> top-p -> min-p -> temperature -> dist`` (any of the first three
-left out; no logit bias, penalties, DRY, grammar, typical, XTC, top-n-sigma, dynamic temperature or
+A sampler whose chain is ``penalties -> top-k -> top-p -> min-p -> temperature -> dist`` (any of the
+first four left out; no logit bias, DRY, grammar, typical, XTC, top-n-sigma, dynamic temperature or
 mirostat: those stay on llama.cpp's chain) is replaced by a :class:`RowDraw`: the rows of all such
 sequences of a decode are sampled together, as array work over the rows of each sampler kind, and
 every sequence keeps its own random numbers.  What llama.cpp (the build llama-cpp-python 0.3.36
@@ -13,6 +13,9 @@ vendors: ``src/llama-sampler.cpp``) does, and what is reproduced:
   legacy ``RandomState(seed)`` is the same generator seeded the same way).  It takes
   ``p_i = expf(logit_i - max)`` in float, their double sum ``S`` in the candidates' order, and picks
   the first candidate whose running double sum reaches ``S * u``.
+* the penalties (repeat, frequency, presence) count the last ``penalty_last_n`` accepted tokens (a
+  ring buffer) and change those tokens' logits in float: ``logit <= 0 ? logit * repeat : logit /
+  repeat``, then ``- (count * frequency + 1 * presence)``;
 * top-k sorts the ``k`` largest logits in descending order; top-p (on sorted candidates) takes a float
   softmax and keeps the candidates up to the first whose running float sum reaches ``p``; min-p keeps
   the logits at or above ``max + logf(p)`` (sorted: a prefix; unsorted: in vocabulary order);
@@ -32,6 +35,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -74,19 +78,19 @@ class DrawKind:
     """``logf(min_p)`` (the C library's, as llama.cpp computes it)."""
     min_keep: int
     temp: float
+    penalties: tuple[int, float, float, float] | None = None
+    """``(last_n, repeat, frequency, presence)``, or None without a penalties stage (or a disabled one)."""
 
 
-def draw_kind(params: SamplingParams, n_vocab: int) -> DrawKind | None:
-    """The array kind of a chain without token-by-token stages (the caller checks: no logit bias,
-    suppressed tokens, penalties, DRY or grammar), or None where llama.cpp's chain must draw: greedy,
-    mirostat, typical, XTC, top-n-sigma, dynamic temperature, a top-k of the whole vocabulary, or top-p
-    without top-k (a sort of the whole vocabulary per row, as costly as the chain)."""
+def draw_kind(params: SamplingParams, n_vocab: int, n_ctx_seq: int) -> DrawKind | None:
+    """The array kind of a chain (the caller checks: no grammar, no suppressed tokens), or None where
+    llama.cpp's chain must draw: greedy, logit bias, DRY, mirostat, typical, XTC, top-n-sigma, dynamic
+    temperature, a top-k of the whole vocabulary, or top-p without top-k (a sort of the whole vocabulary
+    per row, as costly as the chain)."""
     p = params
     if p.greedy or p.mirostat != 0 or p.typ_p < 1.0 or p.xtc_probability > 0.0 or p.top_n_sigma > 0:
         return None
-    if p.dynatemp_range > 0 or p.repeat_penalty != 1.0 or p.presence_penalty or p.frequency_penalty:
-        return None
-    if p.dry_multiplier > 0 or p.logit_bias or p.top_k >= n_vocab:
+    if p.dynatemp_range > 0 or p.dry_multiplier > 0 or p.logit_bias or p.top_k >= n_vocab:
         return None
     top_k = max(p.top_k, 0)
     top_p = float(np.float32(p.top_p)) if p.top_p < 1.0 else 1.0
@@ -94,7 +98,53 @@ def draw_kind(params: SamplingParams, n_vocab: int) -> DrawKind | None:
         return None
     min_p = float(np.float32(p.min_p)) if p.min_p > 0.0 else 0.0
     log_min_p = float(_logf(min_p)) if min_p > 0.0 else 0.0
-    return DrawKind(top_k, top_p, min_p, log_min_p, max(p.min_keep, 0), float(np.float32(p.temp)))
+    penalties = None
+    if p.repeat_penalty != 1.0 or p.presence_penalty or p.frequency_penalty:  # the stage the host adds
+        last_n = max(n_ctx_seq if p.last_n_penalty < 0 else p.last_n_penalty, 0)
+        repeat, frequency, presence = (
+            float(np.float32(x)) for x in (p.repeat_penalty, p.frequency_penalty, p.presence_penalty)
+        )
+        if last_n and not (repeat == 1.0 and frequency == 0.0 and presence == 0.0):  # else llama.cpp's is empty
+            penalties = (last_n, repeat, frequency, presence)
+    temp = float(np.float32(p.temp))
+    return DrawKind(top_k, top_p, min_p, log_min_p, max(p.min_keep, 0), temp, penalties)
+
+
+class Penalties:
+    """A sequence's penalties stage: the counts of its last ``last_n`` accepted tokens."""
+
+    def __init__(self, last_n: int, repeat: float, frequency: float, presence: float) -> None:
+        self.last_n = last_n
+        self.repeat, self.frequency, self.presence = np.float32(repeat), np.float32(frequency), np.float32(presence)
+        self.previous: deque[int] = deque()
+        self.counts: dict[int, int] = {}
+
+    def accept(self, token: int) -> None:
+        """Count an accepted token; the oldest of a full window leaves it (llama.cpp's ring buffer)."""
+        counts = self.counts
+        counts[token] = counts.get(token, 0) + 1
+        if len(self.previous) >= self.last_n:
+            old = self.previous.popleft()
+            if counts[old] == 1:
+                del counts[old]
+            else:
+                counts[old] -= 1
+        self.previous.append(token)
+
+    def apply(self, row: np.ndarray) -> None:
+        """Change the counted tokens' logits in ``row`` (float32, in place) as llama.cpp does."""
+        if not self.counts:
+            return
+        ids = np.fromiter(self.counts.keys(), dtype=np.int64, count=len(self.counts))
+        counts = np.fromiter(self.counts.values(), dtype=np.float32, count=len(self.counts))
+        logits = row[ids]
+        logits = np.where(logits <= 0, logits * self.repeat, logits / self.repeat)
+        row[ids] = logits - (counts * self.frequency + np.float32(1.0) * self.presence)
+
+    def reset(self) -> None:
+        """Forget the window."""
+        self.previous.clear()
+        self.counts.clear()
 
 
 class SeededDraws:
@@ -133,6 +183,7 @@ class RowDraw:
         self.kind = kind
         self.n_vocab = n_vocab
         self.draws = SeededDraws(seed)
+        self.penalties = Penalties(*kind.penalties) if kind.penalties else None
         self._make_truncation = truncation
         self._truncation: Any = None
 
@@ -143,8 +194,10 @@ class RowDraw:
         return self._truncation
 
     def reset(self) -> None:
-        """Start the random numbers again from the seed."""
+        """Start the random numbers again from the seed (and forget the penalties' window)."""
         self.draws.reset()
+        if self.penalties is not None:
+            self.penalties.reset()
 
     def close(self) -> None:
         """Free the llama.cpp stages, if made."""
@@ -162,9 +215,15 @@ class DrawCounts:
 
 def draw(logits: np.ndarray, samplers: list[RowDraw], exact: bool = False) -> list[int]:
     """The token each sampler draws from its row of ``logits`` (``(n, n_vocab)`` float32, not changed),
-    each sampler's next random number used; rows of one kind are sampled together.  ``exact``: every
+    and accepts (``llama_sampler_sample``): each sampler's next random number used, its penalties'
+    window moved on; rows of one kind are sampled together.  ``exact``: every
     row drawn by :func:`exact_draw` (what the array work is checked against)."""
     draws = np.array([sampler.draws.next() for sampler in samplers], dtype=np.float64)
+    penalized = [i for i, sampler in enumerate(samplers) if sampler.penalties is not None and sampler.penalties.counts]
+    if penalized:
+        logits = np.array(logits)  # llama.cpp changes its copy of the candidates, never the logits
+        for i in penalized:
+            samplers[i].penalties.apply(logits[i])  # type: ignore[union-attr]
     tokens = [0] * len(samplers)
     redo: list[int] = []
     DrawCounts.rows += len(samplers)
@@ -186,6 +245,9 @@ def draw(logits: np.ndarray, samplers: list[RowDraw], exact: bool = False) -> li
     for i in redo:
         DrawCounts.exact += 1
         tokens[i] = exact_draw(logits[i], samplers[i].truncation(), float(draws[i]))
+    for sampler, token in zip(samplers, tokens):
+        if sampler.penalties is not None:
+            sampler.penalties.accept(token)
     return tokens
 
 

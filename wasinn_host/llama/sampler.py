@@ -49,9 +49,9 @@ class Sampler:
     :class:`~.grammar_sampling.GrammarSampler` checks the chain's draw and masks only after a
     rejection (``common_sampler_sample``'s order; ``grammar-first`` masks first).  With ``temp <= 0``
     a :class:`~.grammar_sampling.GreedySampler` makes the greedy choice: the same tokens, without a
-    copy of every logit or a grammar pass over the whole vocabulary per token.  A chain of top-k,
-    top-p, min-p, temperature and the draw alone is a :class:`~.batch_sampling.RowDraw`: the worker
-    samples such rows together, as arrays, drawing the tokens llama.cpp's chain draws.
+    copy of every logit or a grammar pass over the whole vocabulary per token.  A chain of (penalties,)
+    top-k, top-p, min-p, temperature and the draw alone is a :class:`~.batch_sampling.RowDraw`: the worker
+    samples such rows together, as arrays, drawing the tokens llama.cpp's chain draws (penalties too).
     """
 
     def __init__(self, model: LlamaModel, params: SamplingParams, n_ctx_seq: int) -> None:
@@ -64,12 +64,11 @@ class Sampler:
         """The draw as arrays (no llama.cpp chain then)."""
         gbnf = sampling_grammar(params)
         if not gbnf and not params.greedy:
-            pre = _pre_stages(model, params, n_ctx_seq)
-            kind = None if pre else draw_kind(params, model.n_vocab)
+            kind = None if _suppressed_tokens(model) else draw_kind(params, model.n_vocab, n_ctx_seq)
             if kind is not None:
                 self.draw = RowDraw(kind, params.seed, model.n_vocab, functools.partial(_truncation, model, params))
                 return
-            self.ptr = _chain(pre + _draw_stages(model, params))
+            self.ptr = _chain(_pre_stages(model, params, n_ctx_seq) + _draw_stages(model, params))
             return
         grammar = grammar_sampler(model, gbnf) if gbnf else None  # invalid: raises first
         try:
@@ -149,7 +148,8 @@ class Sampler:
 
 
 def _truncation(model: LlamaModel, params: SamplingParams) -> ctypes.c_void_p:
-    """The chain's stages before the draw (for :func:`.batch_sampling.exact_draw`)."""
+    """The chain's stages after the penalties and before the draw (for :func:`.batch_sampling.exact_draw`,
+    which is given the row with the penalties applied)."""
     stages = _draw_stages(model, params)
     llama_cpp.llama_sampler_free(stages.pop())  # the dist sampler
     return _chain(stages)
@@ -208,6 +208,13 @@ def _check_logit_bias(model: LlamaModel, p: SamplingParams) -> None:
                 ErrorKind.INVALID_ARGUMENT,
                 f"config key 'logit-bias': token id {token} is not in the vocabulary of {model.n_vocab}",
             )
+
+
+def _suppressed_tokens(model: LlamaModel) -> int:
+    """How many tokens the vocabulary bans from sampling (llama.cpp adds them to the logit bias)."""
+    n_suppress = ctypes.c_int32(0)
+    llama_cpp.llama_vocab_get_suppress_tokens(model.vocab, ctypes.byref(n_suppress))
+    return int(n_suppress.value)
 
 
 def _pre_stages(model: LlamaModel, p: SamplingParams, n_ctx_seq: int) -> list[ctypes.c_void_p]:
