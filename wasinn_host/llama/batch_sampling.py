@@ -107,7 +107,11 @@ def draw_kind(params: SamplingParams, n_vocab: int, n_ctx_seq: int) -> DrawKind 
         if last_n and not (repeat == 1.0 and frequency == 0.0 and presence == 0.0):  # else llama.cpp's is empty
             penalties = (last_n, repeat, frequency, presence)
     temp = float(np.float32(p.temp))
-    return DrawKind(top_k, top_p, min_p, log_min_p, max(p.min_keep, 0), temp, penalties)
+    kind = DrawKind(top_k, top_p, min_p, log_min_p, max(p.min_keep, 0), temp, penalties)
+    return _KINDS.setdefault(kind, kind)  # one object per kind: rows are grouped by identity
+
+
+_KINDS: dict[DrawKind, DrawKind] = {}
 
 
 class Penalties:
@@ -230,10 +234,11 @@ def draw(logits: np.ndarray, samplers: list[RowDraw], exact: bool = False) -> li
     if exact:
         redo = list(range(len(samplers)))
     else:
-        kinds: dict[DrawKind, list[int]] = {}
+        kinds: dict[int, list[int]] = {}
         for i, sampler in enumerate(samplers):
-            kinds.setdefault(sampler.kind, []).append(i)
-        for kind, rows in kinds.items():
+            kinds.setdefault(id(sampler.kind), []).append(i)
+        for rows in kinds.values():
+            kind = samplers[rows[0]].kind
             every = len(rows) == len(samplers)
             sub = logits if every else logits[rows]
             sampled = _sorted_draw if kind.top_k else _unsorted_draw
