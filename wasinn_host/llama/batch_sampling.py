@@ -26,8 +26,9 @@ numpy's ``exp`` is not glibc's ``expf`` to the last bit (it differs by one ulp o
 each array pick is checked: where a running sum lies within the rounding those differences could
 cause of the point it is compared with, or the picked logit ties a neighbour, that row is drawn
 again exactly, row by row (:func:`exact_draw`: llama.cpp's own truncation stages on the row, then the
-draw with the C library's ``expf``), from the same random number.  Such rows are rare (a few in a
-million draws, more with ties); the tokens are llama.cpp's for every row.
+draw with the C library's ``expf``), from the same random number.  Such rows are few (measured on a
+32k vocabulary: under 1 in 1,000 draws after top-k 40, about 1 in 200 over the whole vocabulary; more
+where logits tie); the tokens are llama.cpp's for every row.
 """
 
 from __future__ import annotations
