@@ -262,6 +262,20 @@ def _exp32(x: np.ndarray) -> np.ndarray:
     return np.exp(x.astype(np.float64)).astype(np.float32)
 
 
+def expf(x: np.ndarray) -> np.ndarray:
+    """The C library's ``expf`` of float32 values, as arrays: the double ``exp`` rounded to float, which
+    is the C library's (correctly rounded but within 0.502 ulp) except where the exact value lies near
+    the midpoint of two floats; those (within 0.01 ulp of one: 2 in 100) are the C library's own."""
+    wide = np.exp(x.astype(np.float64))
+    out = wide.astype(np.float32)
+    toward = np.nextafter(out, np.where(wide > out, np.float32(np.inf), np.float32(-np.inf)).astype(np.float32))
+    ulp = np.abs(toward.astype(np.float64) - out)
+    near = np.flatnonzero(np.abs(wide - (out.astype(np.float64) + toward) / 2) <= 0.01 * ulp)
+    if len(near):
+        out[near] = [_expf(value) for value in x[near].tolist()]
+    return out
+
+
 def _top(logits: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``m`` largest logits of each row in descending order, and their token ids (equal logits in
     any order).  The candidates are the members of the ``m`` groups with the largest maxima, and the
@@ -346,7 +360,7 @@ def _pick(running: np.ndarray, draws: np.ndarray) -> tuple[np.ndarray, np.ndarra
 def exact_draw(row: np.ndarray, truncation: Any, draw: float) -> int:
     """The token llama.cpp's chain draws from one logits row with the random number ``draw``: its own
     stages before the draw (``truncation``) over the row's candidates in vocabulary order, then
-    ``dist``'s pick with the C library's ``expf``."""
+    ``dist``'s pick with the C library's ``expf`` (:func:`expf`)."""
     n_vocab = len(row)
     data = np.empty(n_vocab, dtype=TOKEN_DATA)
     data["id"] = np.arange(n_vocab, dtype=np.int32)
@@ -361,13 +375,6 @@ def exact_draw(row: np.ndarray, truncation: Any, draw: float) -> int:
     if size == 1:
         return int(ids[0])
     high = logits[0] if array.sorted else logits.max()
-    weights = [float(_expf(float(x))) for x in (logits - high).tolist()]
-    total = 0.0
-    for weight in weights:
-        total += weight
-    target, running = total * draw, 0.0
-    for i, weight in enumerate(weights):
-        running += weight
-        if running >= target:
-            return int(ids[i])
-    return int(ids[size - 1])
+    running = np.cumsum(expf(logits - high).astype(np.float64))  # in order, as dist's double sums
+    reached = np.flatnonzero(running >= running[-1] * draw)
+    return int(ids[reached[0]]) if len(reached) else int(ids[size - 1])
