@@ -109,10 +109,13 @@ def draw_kind(params: SamplingParams, n_vocab: int, n_ctx_seq: int) -> DrawKind 
             penalties = (last_n, repeat, frequency, presence)
     temp = float(np.float32(p.temp))
     kind = DrawKind(top_k, top_p, min_p, log_min_p, max(p.min_keep, 0), temp, penalties)
+    if len(_KINDS) >= _KINDS_KEPT:  # guests that vary their settings endlessly: equal kinds made after
+        _KINDS.clear()  # this are other objects, sampled in groups of their own (the same tokens)
     return _KINDS.setdefault(kind, kind)  # one object per kind: rows are grouped by identity
 
 
 _KINDS: dict[DrawKind, DrawKind] = {}
+_KINDS_KEPT = 1024
 
 
 class Penalties:
