@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pathlib
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,7 +22,8 @@ from wasinn_host.testing.native_llama import NativeModel
 
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple[np.ndarray, int]]:
-    """Every (logits, token) the host's samplers see and choose during the test."""
+    """Every (logits, token) the host's samplers see and choose during the test (row by row, or drawn
+    together with other rows: :meth:`.LlamaContext.drawn_tokens`)."""
     steps: list[tuple[np.ndarray, int]] = []
     original = host_sampler.Sampler.sample
 
@@ -32,7 +34,19 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple[np.ndarray, int]]:
         steps.append((logits, token))
         return token
 
+    original_drawn = host_context.LlamaContext.drawn_tokens
+
+    def drawn_tokens(self: host_context.LlamaContext, batch_indices: list[int], samplers: list[Any]) -> list[int]:
+        rows = [
+            np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self.ptr, i), shape=(self.model.n_vocab,)).copy()
+            for i in batch_indices
+        ]
+        tokens = original_drawn(self, batch_indices, samplers)
+        steps.extend(zip(rows, tokens))
+        return tokens
+
     monkeypatch.setattr(host_sampler.Sampler, "sample", sample)
+    monkeypatch.setattr(host_context.LlamaContext, "drawn_tokens", drawn_tokens)  # rows drawn together
     return steps
 
 

@@ -1,7 +1,7 @@
 """Greedy rows sampled together, on real llama.cpp: one ``argmax`` over the logits rows of a decode picks
 exactly the tokens the per-row greedy sampler picks, whichever rows a batch asks for; through the host,
 greedy guests in one batch are sampled together and answer as each does alone, and a seeded guest in
-the same batches draws what it draws alone (it keeps llama.cpp's own chain, row by row)."""
+the same batches draws what it draws alone (its rows drawn as arrays: ``test_row_draws.py``)."""
 
 from __future__ import annotations
 

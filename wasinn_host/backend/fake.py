@@ -151,6 +151,8 @@ class FakeSampler:
 
     argmax_only = True
     """The successor is the fake's most likely token: rows are sampled together (:meth:`FakeContext.greedy_tokens`)."""
+    draws_together = False
+    """Never drawn as arrays (it is greedy)."""
 
     def sample(self, ctx: "FakeContext", batch_index: int) -> int:
         """The prediction at ``batch_index`` of the last decode."""
@@ -213,6 +215,10 @@ class FakeContext:
     def greedy_tokens(self, batch_indices: list[int]) -> list[int]:
         """The successor of the token at each batch index (what :class:`FakeSampler` samples there)."""
         self.greedy_calls += 1
+        return [successor_of(self.predicted_from(index)) for index in batch_indices]
+
+    def drawn_tokens(self, batch_indices: list[int], samplers: list[object]) -> list[int]:
+        """Each sampler's token (the fake's samplers are greedy: the successor)."""
         return [successor_of(self.predicted_from(index)) for index in batch_indices]
 
     def decode_image(self, span: object, pos: int, seq_id: int) -> int:

@@ -67,6 +67,7 @@ def _model_entry(model: "LoadedModel") -> dict[str, Any]:
         "rows_sampled_together": worker.rows_sampled_together,
         "guests_awaited": worker.guests_awaited,
         "late_guests": worker.late_guests,
+        "rows_drawn_together": worker.rows_drawn_together,
         "sequences_per_decode": round(worker.sequences_decoded / worker.decode_calls, 3)
         if worker.decode_calls
         else 0.0,

@@ -99,6 +99,11 @@ class Sampler(Protocol):
         """Whether its choice is the most likely token of the raw logits and accepting it changes nothing
         (plain greedy): the worker then samples such rows together (:meth:`Context.greedy_tokens`)."""
 
+    @property
+    def draws_together(self) -> bool:
+        """Whether its rows are drawn as arrays with other such samplers' rows
+        (:meth:`Context.drawn_tokens`), the tokens its chain would draw."""
+
     def sample(self, ctx: Any, batch_index: int) -> int:
         """Sample (and accept) a token from the logits at ``batch_index`` of ``ctx``'s last decode."""
 
@@ -170,6 +175,10 @@ class Context(Protocol):
 
     def greedy_tokens(self, batch_indices: list[int]) -> list[int]:
         """The most likely token at each batch index of the last decode (the first of equal maxima)."""
+
+    def drawn_tokens(self, batch_indices: list[int], samplers: list[Any]) -> list[int]:
+        """The token each sampler (one whose ``draws_together``) draws at its batch index of the last
+        decode, the rows sampled together."""
 
     def close(self) -> None:
         """Free what it holds."""

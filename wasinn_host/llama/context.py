@@ -16,6 +16,7 @@ from ..core.config.params import ModelParams, SamplingParams
 from ..core.errors import ErrorKind, WasiNNError
 from ..core.runtime import KvLayout
 from . import devices
+from .batch_sampling import draw
 from .bindings import llama_cpp
 from .buffers import context_buffers, max_outputs, release_output_rows
 from .context_params import set_embedding_and_rope
@@ -169,6 +170,12 @@ class LlamaContext:
         maxima, as llama.cpp's greedy sampler): one ``numpy.argmax`` over their logits rows together."""
         return greedy_tokens(self, batch_indices)
 
+    def drawn_tokens(self, batch_indices: list[int], samplers: list[Sampler]) -> list[int]:
+        """The token each of ``samplers`` (drawing as arrays: :attr:`.Sampler.draws_together`) draws
+        from its row at ``batch_indices`` of the last decode, the rows of one sampler kind together:
+        the tokens llama.cpp's chain would draw (:mod:`.batch_sampling`)."""
+        return drawn_tokens(self, batch_indices, samplers)
+
     def decode(self, batch: Batch, first: int = 0, count: int | None = None) -> int:
         """Run one ``llama_decode`` of ``count`` tokens (None: the rest) from index ``first`` of the batch;
         0 on success (llama.cpp's return code otherwise; -1, as llama.cpp answers an invalid batch, for
@@ -273,14 +280,31 @@ def restreamed(data: memoryview, n_stream: int, model: LlamaModel) -> memoryview
 
 
 def greedy_tokens(ctx: LlamaContext, batch_indices: list[int]) -> list[int]:
-    """:meth:`LlamaContext.greedy_tokens`.  llama.cpp keeps the logits of a decode's outputs as rows of one
-    array (``llama_get_logits``), a batch index mapped to its row (``llama_get_logits_ith`` points into
-    it); the rows asked for are found from those pointers and reduced by one ``argmax`` over the rows
-    (a view when they are the first rows in order, as a step of one token per sequence asks)."""
+    """:meth:`LlamaContext.greedy_tokens`: one ``argmax`` over the rows (:func:`logits_rows`)."""
     import numpy as np
 
     if not batch_indices:
         return []
+    return np.argmax(logits_rows(ctx, batch_indices), axis=1).tolist()
+
+
+def drawn_tokens(ctx: LlamaContext, batch_indices: list[int], samplers: list[Sampler]) -> list[int]:
+    """:meth:`LlamaContext.drawn_tokens`: the rows (:func:`logits_rows`) drawn by kind as arrays."""
+    if not batch_indices:
+        return []
+    draws = [sampler.draw for sampler in samplers]
+    assert all(d is not None for d in draws), "drawn_tokens: a sampler that does not draw as arrays"
+    return draw(logits_rows(ctx, batch_indices), draws)  # type: ignore[arg-type]
+
+
+def logits_rows(ctx: LlamaContext, batch_indices: list[int]) -> Any:
+    """The logits rows of ``batch_indices`` of the last decode as one ``(n, n_vocab)`` float32 array.
+    llama.cpp keeps the logits of a decode's outputs as rows of one array (``llama_get_logits``), a batch
+    index mapped to its row (``llama_get_logits_ith`` points into it); the rows asked for are found from
+    those pointers: a view of llama.cpp's array when they are its first rows in order (as a step of one
+    token per sequence asks), else a copy of the rows."""
+    import numpy as np
+
     n_vocab = ctx.model.n_vocab
     base = ctypes.cast(llama_cpp.llama_get_logits(ctx.ptr), ctypes.c_void_p).value or 0
     row_bytes = n_vocab * ctypes.sizeof(ctypes.c_float)
@@ -298,9 +322,7 @@ def greedy_tokens(ctx: LlamaContext, batch_indices: list[int]) -> list[int]:
     rows = list(range(n)) if first_rows else [row(index) for index in batch_indices]
     floats = ctypes.cast(base, ctypes.POINTER(ctypes.c_float))
     logits = np.ctypeslib.as_array(floats, shape=(max(rows) + 1, n_vocab))
-    if first_rows:
-        return np.argmax(logits, axis=1).tolist()
-    return np.argmax(logits[rows], axis=1).tolist()
+    return logits[:n] if first_rows else logits[rows]
 
 
 def top_probabilities(ctx: LlamaContext, batch_index: int, n: int) -> list[tuple[int, float]]:

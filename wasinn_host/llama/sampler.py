@@ -13,6 +13,7 @@ from typing import Any, Iterator, Protocol
 
 from ..core.config.params import SamplingParams
 from ..core.errors import ErrorKind, WasiNNError
+from .batch_sampling import RowDraw, draw, draw_kind
 from .bindings import llama_cpp
 from .grammar_sampling import GrammarSampler, GreedySampler
 from .json_schema import sampling_grammar
@@ -48,7 +49,9 @@ class Sampler:
     :class:`~.grammar_sampling.GrammarSampler` checks the chain's draw and masks only after a
     rejection (``common_sampler_sample``'s order; ``grammar-first`` masks first).  With ``temp <= 0``
     a :class:`~.grammar_sampling.GreedySampler` makes the greedy choice: the same tokens, without a
-    copy of every logit or a grammar pass over the whole vocabulary per token.
+    copy of every logit or a grammar pass over the whole vocabulary per token.  A chain of (penalties,)
+    top-k, top-p, min-p, temperature and the draw alone is a :class:`~.batch_sampling.RowDraw`: the worker
+    samples such rows together, as arrays, drawing the tokens llama.cpp's chain draws (penalties too).
     """
 
     def __init__(self, model: LlamaModel, params: SamplingParams, n_ctx_seq: int) -> None:
@@ -57,8 +60,14 @@ class Sampler:
         stages then)."""
         self.greedy: GreedySampler | None = None
         self.grammar: GrammarSampler | None = None
+        self.draw: RowDraw | None = None
+        """The draw as arrays (no llama.cpp chain then)."""
         gbnf = sampling_grammar(params)
         if not gbnf and not params.greedy:
+            kind = None if _suppressed_tokens(model) else draw_kind(params, model.n_vocab, n_ctx_seq)
+            if kind is not None:
+                self.draw = RowDraw(kind, params.seed, model.n_vocab, functools.partial(_truncation, model, params))
+                return
             self.ptr = _chain(_pre_stages(model, params, n_ctx_seq) + _draw_stages(model, params))
             return
         grammar = grammar_sampler(model, gbnf) if gbnf else None  # invalid: raises first
@@ -93,8 +102,18 @@ class Sampler:
         greedy = self.greedy
         return greedy is not None and greedy.pre is None and greedy.grammar is None
 
+    @property
+    def draws_together(self) -> bool:
+        """Whether its rows are drawn as arrays with others' (:meth:`.context.LlamaContext.drawn_tokens`)."""
+        return self.draw is not None
+
     def sample(self, ctx: LlamaContext, batch_index: int) -> int:
         """Sample (and accept) a token from the logits at ``batch_index``."""
+        if self.draw is not None:
+            import numpy as np
+
+            row = llama_cpp.llama_get_logits_ith(ctx.ptr, batch_index)
+            return draw(np.ctypeslib.as_array(row, shape=(1, self.draw.n_vocab)), [self.draw])[0]
         if self.greedy is not None:
             return self.greedy.sample(ctx.ptr, batch_index)
         if self.grammar is not None:
@@ -103,7 +122,9 @@ class Sampler:
 
     def reset(self) -> None:
         """Forget the chain's history."""
-        if self.greedy is not None:
+        if self.draw is not None:
+            self.draw.reset()
+        elif self.greedy is not None:
             self.greedy.reset()
         elif self.grammar is not None:
             self.grammar.reset()
@@ -112,6 +133,9 @@ class Sampler:
 
     def close(self) -> None:
         """Free the chain (or the grammar sampler and the stages it owns)."""
+        if self.draw is not None:
+            self.draw.close()
+            self.draw = None
         if self.greedy is not None:
             self.greedy.close()
             self.greedy = None
@@ -121,6 +145,14 @@ class Sampler:
         if self.ptr:
             llama_cpp.llama_sampler_free(self.ptr)
             self.ptr = None
+
+
+def _truncation(model: LlamaModel, params: SamplingParams) -> ctypes.c_void_p:
+    """The chain's stages after the penalties and before the draw (for :func:`.batch_sampling.exact_draw`,
+    which is given the row with the penalties applied)."""
+    stages = _draw_stages(model, params)
+    llama_cpp.llama_sampler_free(stages.pop())  # the dist sampler
+    return _chain(stages)
 
 
 def _chain(stages: list[ctypes.c_void_p]) -> ctypes.c_void_p:
@@ -176,6 +208,13 @@ def _check_logit_bias(model: LlamaModel, p: SamplingParams) -> None:
                 ErrorKind.INVALID_ARGUMENT,
                 f"config key 'logit-bias': token id {token} is not in the vocabulary of {model.n_vocab}",
             )
+
+
+def _suppressed_tokens(model: LlamaModel) -> int:
+    """How many tokens the vocabulary bans from sampling (llama.cpp adds them to the logit bias)."""
+    n_suppress = ctypes.c_int32(0)
+    llama_cpp.llama_vocab_get_suppress_tokens(model.vocab, ctypes.byref(n_suppress))
+    return int(n_suppress.value)
 
 
 def _pre_stages(model: LlamaModel, p: SamplingParams, n_ctx_seq: int) -> list[ctypes.c_void_p]:

@@ -21,7 +21,8 @@ The worker owns the inference context.  Other threads never touch it: they submi
 3. **decodes** it (with ``decode-logits-rows``, in parts of at most that many sampled rows, each
    sampled before the next is decoded: :mod:`.decode_parts`);
 4. **samples** every job whose tokens are all decoded (plain greedy ones together, one ``argmax``
-   over their logits rows: :meth:`.Context.greedy_tokens`), and **applies its stop rules**; a
+   over their logits rows: :meth:`.Context.greedy_tokens`; seeded top-k/top-p/min-p/temperature
+   ones together as arrays by kind: :meth:`.Context.drawn_tokens`), and **applies its stop rules**; a
    draft is **verified** on the way: the job samples at each draft position in turn, as
    plain decoding would, and keeps the draft while the sampled tokens match it (the first
    token that differs is the next to decode; the cells after it are dropped).  Every token
@@ -188,7 +189,10 @@ class ModelWorker:
         self.decoded_tokens = 0
         self.generated_tokens = 0
         self.rows_sampled_together = 0
-        """Tokens chosen by one greedy ``argmax`` over the logits rows of a decoded part (:meth:`_use_outputs`)."""
+        """Tokens chosen together with others of a decoded part (:meth:`_use_outputs`): by one greedy
+        ``argmax`` over the logits rows, or drawn as arrays with the rows of the same sampler kind."""
+        self.rows_drawn_together = 0
+        """Of those, the seeded draws (top-k, top-p, min-p, temperature: :meth:`.Context.drawn_tokens`)."""
         self.sequences_decoded = 0  # summed over decode calls: busy sequences per decode
         self.requests = 0
         self.rejected = 0
@@ -614,6 +618,14 @@ class ModelWorker:
         elif job.request.reset_sampler:
             state.sampler.reset()  # a streaming step keeps the chain's history
         job.plain_greedy = state.sampler.argmax_only and not sampling.n_probs
+        job.row_draw = state.sampler.draws_together and not sampling.n_probs
+        request, stop = job.request, job.request.stopping
+        job.plain_rules = (
+            job.feed is None
+            and not request.streaming
+            and request.on_piece is None
+            and not (stop.reverse_prompt or stop.stop or stop.max_time_ms)
+        )
 
     # 2-4. one step: plan, decode, sample -------------------------------------------
 
@@ -663,6 +675,7 @@ class ModelWorker:
         decoded; its batch indices become the part's (``first`` is the part's first index)."""
         now = time.perf_counter()
         together: list[Job] = []
+        drawn: list[Job] = []
         for job in jobs:
             if job.logits_index < 0:
                 continue
@@ -675,21 +688,48 @@ class ModelWorker:
                 prompt_cache_use.save_prefix(self.prompt_cache, self.context, job)
             if job.request.embed:
                 self._embed(job)
-            elif self._argmax_only(job):
-                together.append(job)
+            elif self._together(job):
+                (together if job.plain_greedy else drawn).append(job)
             else:
                 self._sample(job)
         if together:
-            tokens = self.context.greedy_tokens([job.logits_index for job in together])
+            self._took_together(together, self.context.greedy_tokens([job.logits_index for job in together]))
             self.rows_sampled_together += len(together)
-            for job, token in zip(together, tokens):
-                self._took(job, token, self._record(job, token))
+        if drawn:
+            indices = [job.logits_index for job in drawn]
+            self._took_together(drawn, self.context.drawn_tokens(indices, [job.state.sampler for job in drawn]))
+            self.rows_sampled_together += len(drawn)
+            self.rows_drawn_together += len(drawn)
+
+    def _took_together(self, jobs: list[Job], tokens: list[int]) -> None:
+        """The tokens sampled together for ``jobs``: recorded, then through the stop rules.  A computing job
+        whose only rules are the usual ones (``plain_rules``: end of generation, its limit, the output's
+        size, a full context) goes on after a few comparisons when none of them applies; any other job,
+        or one that a rule may stop, goes through :meth:`_took` (the same rules, in full)."""
+        piece, is_eog, n_ctx_seq = self.model.piece, self.model.is_eog, self.n_ctx_seq
+        for job, token in zip(jobs, tokens):
+            data = piece(token)
+            result, request = job.result, job.request
+            result.generated.append(token)
+            result.text += data
+            if (
+                job.plain_rules
+                and len(result.generated) < request.limit
+                and len(result.text) <= request.max_output_bytes
+                and len(job.tokens) < n_ctx_seq
+                and (request.stopping.ignore_eos or not is_eog(token))
+            ):
+                job.tokens.append(token)  # decoded in the next batch
+            else:
+                self._took(job, token, data)
+        self.generated_tokens += len(jobs)
 
     @staticmethod
-    def _argmax_only(job: Job) -> bool:
-        """The job's next token is the argmax of its logits row alone (plain greedy, no draft to verify, no
-        ``n-probs``, a token still to make): sampled with the others of its part in one array operation."""
-        return job.plain_greedy and not job.draft and len(job.result.generated) < job.request.limit
+    def _together(job: Job) -> bool:
+        """The job's next token is chosen from its logits row alone, with the others' of its part in one
+        array operation: plain greedy (the row's argmax) or drawn as arrays (``row_draw``), no draft to
+        verify, no ``n-probs``, a token still to make."""
+        return (job.plain_greedy or job.row_draw) and not job.draft and len(job.result.generated) < job.request.limit
 
     def _plan_batch(self) -> list[tuple[Job, int]]:
         """(job, tokens to take) for this step (:mod:`.batch_plan`); counts a step whose prompt chunks the

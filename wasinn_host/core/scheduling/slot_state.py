@@ -91,6 +91,13 @@ class Job:
     plain_greedy: bool = False
     """Its sampler takes the argmax of the raw logits and it asks for no ``n-probs``: its rows are sampled
     with the others' in one array operation (set when the job starts)."""
+    row_draw: bool = False
+    """Its sampler draws as arrays (:attr:`.runtime.Sampler.draws_together`) and it asks for no ``n-probs``:
+    its rows are drawn with the others' of its kind (set when the job starts)."""
+    plain_rules: bool = False
+    """A computing job (no stream, ``on_piece``, reverse prompt, stop strings or ``max-time``): after a
+    token only end of generation, its limit, the output's size and a full context can stop it (set
+    when the job starts)."""
     t_token: float = 0.0
     """When the job's last token was sampled (a stream's: the next token's generation time starts)."""
 
