@@ -52,40 +52,40 @@ def prompt_take(plan: list[tuple[Job, int]], seq_id: int) -> int:
 
 
 def test_streams_first_then_a_prompt_chunk_in_sequence_order() -> None:
-    plan, capped = plan_step([job(7, 0, 2300), *streams()], planning(8.0))
+    plan, capped, _ = plan_step([job(7, 0, 2300), *streams()], planning(8.0))
     assert [j.slot.seq_id for j, _ in plan if j.slot] == list(range(8))
     assert [take for _, take in plan[:7]] == [1] * 7
     assert 0 < prompt_take(plan, 7) < 505 and capped
 
 
 def test_a_chunk_deep_in_a_long_prompt_is_smaller() -> None:
-    early, _ = plan_step([job(7, 0, 2300), *streams()], planning(8.0))
-    late, _ = plan_step([job(7, 2000, 2300), *streams()], planning(8.0))
+    early, _, _ = plan_step([job(7, 0, 2300), *streams()], planning(8.0))
+    late, _, _ = plan_step([job(7, 2000, 2300), *streams()], planning(8.0))
     assert 0 < prompt_take(late, 7) < prompt_take(early, 7)
 
 
 def test_without_generating_guests_a_prompt_takes_the_whole_batch() -> None:
-    plan, capped = plan_step([job(7, 1000, 2300)], planning(8.0))
+    plan, capped, _ = plan_step([job(7, 1000, 2300)], planning(8.0))
     assert plan[0][1] == 512 and not capped
 
 
 def test_a_paused_stream_keeps_the_budget_on() -> None:
-    plan, capped = plan_step([job(7, 0, 2300)], planning(8.0, paused=1))
+    plan, capped, _ = plan_step([job(7, 0, 2300)], planning(8.0, paused=1))
     assert 0 < plan[0][1] < 512 and capped
 
 
 def test_with_the_budget_off_the_prompt_takes_the_rest_of_the_batch() -> None:
-    plan, capped = plan_step([job(7, 1000, 2300), *streams()], planning(0.0))
+    plan, capped, _ = plan_step([job(7, 1000, 2300), *streams()], planning(0.0))
     assert prompt_take(plan, 7) == 512 - 7 and not capped
 
 
 def test_a_plan_of_one_token_per_running_job_is_carried() -> None:
     generating = [job(0, 9, 10), job(1, 4, 5), job(2, 6, 7)]
-    plan, _ = plan_step(generating, planning(8.0))
+    plan, _, _ = plan_step(generating, planning(8.0))
     assert carriable(plan, generating)
     assert not carriable(plan, [*generating, job(3, 0, 4)]), "a job the plan leaves out"
     prompting = [*generating, job(3, 2, 40)]
-    plan, _ = plan_step(prompting, planning(8.0))
+    plan, _, _ = plan_step(prompting, planning(8.0))
     assert not carriable(plan, prompting), "a prompt chunk changes from step to step"
     drafting = [job(0, 9, 10)]
     drafting[0].draft = [3, 4]

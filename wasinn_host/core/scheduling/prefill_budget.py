@@ -32,7 +32,7 @@ from collections.abc import Collection, Sequence
 
 from ..config.params import DEFAULT_STEP_BUDGET as DEFAULT_STEP_BUDGET  # the key's default: config/params.py
 from .draft_budget import passes
-from .step_cost import Entry, StepCost, attended, batch_cells
+from .step_cost import Entry, StepCost, attended, batch_cells, row_class
 
 STREAM_PAUSE_S = 0.5
 """A stream whose last step ended this recently (and did not end the stream) still counts as generating."""
@@ -104,42 +104,52 @@ class PausedStreams:
         return min(2.0 * self.roundtrip_s, MAX_HOLD_S)
 
 
-def _seconds(entries: Sequence[Entry], cost: StepCost) -> float:
-    ordered = sorted(entries)
-    n_passes = passes([(seq, n) for seq, n, _ in ordered])
-    return cost.seconds(sum(n for _, n, _ in ordered), n_passes, batch_cells(ordered))
-
-
 def step_limit(
     generating: Sequence[Entry], paused: int, cost: StepCost, multiple: float, prompts: int = 0
 ) -> float | None:
     """The most a step may cost (in the units of ``cost``) when ``generating`` ``(sequence id, tokens,
     position)`` (in id order) decode in it, ``paused`` more streams are between steps and ``prompts``
     guests wait for their prompts: ``multiple`` plain steps of the generating guests (a paused stream
-    counted as one token in the same pass, at the generating guests' mean position).  None: no limit,
-    when it is off, nobody generates, or more guests wait for their prompts than generate (the few
-    generating are not favoured over the many waiting for a first token)."""
+    counted as one token in the same pass, at the generating guests' mean position; the passes priced
+    as one-row passes are, :meth:`.StepCost.decode_seconds`).  None: no limit, when it is off, nobody
+    generates, or more guests wait for their prompts than generate (the few generating are not favoured
+    over the many waiting for a first token)."""
     n_tokens = sum(n for _, n, _ in generating) + paused
     if multiple <= 0 or n_tokens == 0 or prompts > len(generating) + paused:
         return None
     mean_start = sum(start for _, _, start in generating) // len(generating) if generating else 0
     cells = batch_cells(generating) + paused * attended(1, mean_start)
     n_passes = max(1, passes([(seq, n) for seq, n, _ in generating]))
-    return multiple * cost.seconds(n_tokens, n_passes, cells)
+    return multiple * cost.seconds(n_tokens, n_passes, cells) * cost.ratios.get(0, 1.0)
 
 
-def _most_within(entries: list[Entry], prompt: Entry, cost: StepCost, limit: float) -> int:
-    """The largest ``take`` up to the ``prompt``'s tokens with the batch ``entries`` plus ``take``
-    tokens of the prompt within ``limit`` (a step's cost grows with its tokens, passes and cells)."""
+def _most_within(base: list[Entry], chunks: list[Entry], prompt: Entry, cost: StepCost, limit: float) -> int:
+    """The largest ``take`` up to the ``prompt``'s tokens with the step of the generating ``base`` and
+    the prompt ``chunks`` planned so far, plus ``take`` tokens of the prompt, within ``limit``
+    (:meth:`.StepCost.step_seconds`).  A step's cost grows with its tokens, passes and cells within a
+    row class of the prompt's pass (:func:`.step_cost.row_class`), not across them (a larger chunk may
+    cost less than a smaller one), so each class's range is searched on its own, the largest first."""
     seq_id, most, start = prompt
-    low, high = 0, most
-    while low < high:
-        mid = (low + high + 1) // 2
-        if _seconds([*entries, (seq_id, mid, start)], cost) <= limit * (1 + 1e-9):  # not rounding's victim
-            low = mid
-        else:
-            high = mid - 1
-    return low
+
+    def fits(take: int) -> bool:
+        seconds, _ = cost.step_seconds(base, [*chunks, (seq_id, take, start)])
+        return seconds <= limit * (1 + 1e-9)  # not rounding's victim
+
+    top = most
+    while top > 0:
+        low_edge = 1 << row_class(top)  # the smallest take of top's row class
+        for edge in (low_edge, low_edge + 1):  # (a chunk decoded beside streams: its first row rides in theirs)
+            if edge <= top and fits(edge):
+                low, high = edge, top
+                while low < high:
+                    mid = (low + high + 1) // 2
+                    if fits(mid):
+                        low = mid
+                    else:
+                        high = mid - 1
+                return low
+        top = low_edge - 1
+    return 0
 
 
 def prompt_takes(
@@ -154,15 +164,16 @@ def prompt_takes(
     left in the batch and, with a ``limit``, keep the step's estimated cost within it (the first prompt
     at least :data:`MIN_PROMPT_TOKENS`)."""
     entries = [entry for entry in base if entry[1] > 0]
+    chunks: list[Entry] = []
     takes: list[int] = []
     left = capacity
     for seq_id, pending, start in prompts:
         take = min(pending, left)
         if limit is not None and take > 0:
             floor = min(take, MIN_PROMPT_TOKENS) if not any(takes) else 0
-            take = max(_most_within(entries, (seq_id, take, start), cost, limit), floor)
+            take = max(_most_within(entries, chunks, (seq_id, take, start), cost, limit), floor)
         takes.append(take)
         left -= take
         if take > 0:
-            entries.append((seq_id, take, start))
+            chunks.append((seq_id, take, start))
     return takes

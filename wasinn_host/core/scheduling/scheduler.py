@@ -63,7 +63,7 @@ from .prefix_reuse import MIN_SHARED_PREFIX
 from .slot_state import ContextState, Job, Slot
 from .speculation import MAX_SPECULATIVE_BATCH
 from .step_clock import StepClock
-from .step_cost import StepCost, attended
+from .step_cost import Pass, StepCost, attended, pass_shapes
 from .stop_rules import cut_at_stop
 from .stream_feed import StreamFeed
 
@@ -142,8 +142,18 @@ class ModelWorker:
         """Logits rows each job of the batch being filled asks for (an embedding's: none)."""
         self._parts: list[range] = []
         """The batch's jobs in the runs decoded one after another (:mod:`.decode_parts`)."""
+        self._batch_starts: list[int] = []
+        """The position of each job's first token in the batch being filled."""
         self._part_shapes: list[tuple[int, int]] = []
         """Tokens and passes of each part (:meth:`_shape`)."""
+        self._part_passes: list[list[Pass] | None] = []
+        """Each part's passes (:func:`.step_cost.pass_shapes`) when its plan was filled; None for a carried
+        plan (one row per sequence in every pass)."""
+        self._n_first = 0
+        """Jobs of the plan that the first decode of a split step takes (0: the step is not split)."""
+        self.split_steps = 0
+        """Steps decoded as two ``llama_decode`` calls, generating tokens then prompt chunks, because the
+        cost model found that cheaper than one (:func:`.batch_plan.plan_step`)."""
         self._jobs_changed = 0
         """Counts the times a job started or ended: a carried plan is kept while this stays as it was."""
         self._carried: list[Job] | None = None
@@ -614,13 +624,21 @@ class ModelWorker:
             in_batch = self._fill_batch(planned)
             self._carried = in_batch if keep and len(in_batch) == len(planned) else None
             self._carried_at = self._jobs_changed
-            self._parts = decode_parts.parts(self._batch_rows, self.logits_rows)
+            split_at = 0
+            if self._n_first:  # where the prompt chunks begin in the batch (a job may have been left out)
+                firsts = {id(job) for job, _ in planned[: self._n_first]}
+                split_at = sum(1 for job in in_batch if id(job) in firsts)
+                self.split_steps += 0 < split_at < len(in_batch)
+            self._parts = decode_parts.parts(self._batch_rows, self.logits_rows, split_at)
+            self._part_passes = [self._passes(part) for part in self._parts]
             self._part_shapes = [self._shape(self._batch_counts[part.start : part.stop]) for part in self._parts]
         self.clock.lap("plan")
         first = 0
-        for part, (n_tokens, n_passes) in zip(self._parts, self._part_shapes):
+        for index, (part, (n_tokens, n_passes)) in enumerate(zip(self._parts, self._part_shapes)):
             jobs = in_batch[part.start : part.stop]
-            if self._decode(jobs, first, n_tokens, n_passes, sum(self._batch_cells[part.start : part.stop])):
+            cells = sum(self._batch_cells[part.start : part.stop])
+            shapes = None if self._carries() else self._part_passes[index]
+            if self._decode(jobs, first, n_tokens, n_passes, cells, shapes):
                 self._use_outputs(jobs, first)
             self.clock.lap("sample")
             first += n_tokens
@@ -629,6 +647,11 @@ class ModelWorker:
     def _carries(self) -> bool:
         """Whether the next step decodes the plan of the step before (no job started or ended since)."""
         return self._carried is not None and self._carried_at == self._jobs_changed
+
+    def _passes(self, part: range) -> list[Pass]:
+        """The passes llama.cpp makes over a part of the batch just filled (:func:`.step_cost.pass_shapes`)."""
+        counts, starts = self._batch_counts, self._batch_starts
+        return pass_shapes([(*counts[i], starts[i]) for i in part])
 
     @staticmethod
     def _shape(counts: list[tuple[int, int]]) -> tuple[int, int]:
@@ -680,7 +703,7 @@ class ModelWorker:
             self.budget_cost,
             lambda running: self.paused_streams.count(time.perf_counter(), running),
         )
-        planned, capped = batch_plan.plan_step(self._active, planning)
+        planned, capped, self._n_first = batch_plan.plan_step(self._active, planning)
         self.capped_prompt_steps += capped
         return planned
 
@@ -696,6 +719,7 @@ class ModelWorker:
         self._batch_counts = []
         self._batch_cells = []
         self._batch_rows = []
+        self._batch_starts = []
         in_batch: list[Job] = []
         for job, take in planned:
             slot = job.slot
@@ -726,6 +750,7 @@ class ModelWorker:
                 job.draft = []
             self._batch_counts.append((slot.seq_id, take + len(job.draft)))
             self._batch_cells.append(attended(take + len(job.draft), start))
+            self._batch_starts.append(start)
             self._batch_rows.append(0 if job.request.embed else int(wants) + len(job.draft))
             in_batch.append(job)
         return in_batch
@@ -770,9 +795,12 @@ class ModelWorker:
             take -= span.n_tokens
         return True
 
-    def _decode(self, in_batch: list[Job], first: int, n_tokens: int, n_passes: int, cells: int) -> bool:
+    def _decode(
+        self, in_batch: list[Job], first: int, n_tokens: int, n_passes: int, cells: int, shapes: list[Pass] | None
+    ) -> bool:
         """Run ``n_tokens`` of the batch from index ``first`` (the tokens of ``in_batch``, in ``n_passes``
-        passes, attending ``cells`` KV cells); on failure, free the jobs' cells and fail them."""
+        passes (``shapes``; None: each of one row per sequence), attending ``cells`` KV cells); on
+        failure, free the jobs' cells and fail them."""
         began = time.perf_counter()
         self._deliver()
         rc = self.context.decode(self._batch, first, n_tokens)
@@ -784,7 +812,10 @@ class ModelWorker:
         self.clock.lap("device")
         seconds = time.perf_counter() - began
         self.decode_cost.record(n_tokens, n_passes, seconds)
-        self.step_cost.record(n_tokens, n_passes, cells, seconds)
+        if shapes is None:
+            self.step_cost.record_single_rows(n_tokens, n_passes, cells, seconds)
+        else:
+            self.step_cost.record_passes(shapes, seconds)
         self._copy_sources.clear()
         self._copy_targets.clear()
         self._pending_copies.clear()

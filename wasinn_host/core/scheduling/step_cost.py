@@ -14,6 +14,21 @@ fitted by decayed least squares to the worker's own decodes of up to :data:`FIT_
 (larger prompt chunks run faster per token and would make small ones look cheap); a term the data
 cannot tell apart (or a negative one) is left out of the fit.  Before a fit, a token costs as
 much as a pass and cells cost nothing.
+
+**Shapes.**  llama.cpp does not charge every pass alike.  With one KV stream per sequence it splits a
+batch into passes (ubatches) of equal rows per sequence (:func:`pass_shapes`), and a backend's kernels
+may change with those rows: on a CPU with flash attention, ggml runs a pass whose sequences have at
+least 64 rows each through a tiled matrix product, one of a single row through a KV-split dot product,
+and anything between through a scalar loop over every attended cell, several times slower per cell.
+Measured on a 2-core AMX Xeon (random F16 llama, 12 layers, a prompt at position 2,000, llama.cpp
+alone): 64 prompt tokens 182 ms, 16 tokens 324 ms; 64 prompt tokens beside seven stream tokens in one
+``llama_decode`` 1,436 ms, because ``split_equal`` puts the prompt's first token in the streams' pass
+and its other 63 in a pass of their own.  So :class:`StepCost` also learns, per *row class* of a pass
+(its rows per sequence, in powers of two: 1, 2-3, 4-7, ... 64-127, ...), how far that class's passes
+cost from the fit (:meth:`StepCost.record_passes`); :meth:`StepCost.decode_seconds` prices a batch
+pass by pass with those ratios.  A class never seen is priced by the fit alone, so the planner tries it
+once and learns what it costs.  Nothing here knows a backend: a GPU's classes cost what the fit says,
+and the planner's choices there stay those of the fit.
 """
 
 from __future__ import annotations
@@ -26,8 +41,43 @@ FIT_MAX_TOKENS = 256
 """Decodes of more tokens are not fitted (a step under the budget carries fewer)."""
 _DECAY = 0.97
 
+SPLIT_MARGIN = 0.1
+"""A step is split into two decodes only when the estimate says that saves more than this fraction."""
+_RATIO_WEIGHT = 0.3
+"""Weight of one decode in a row class's ratio (a decayed mean)."""
+_RATIO_RANGE = (0.05, 100.0)
+
 Entry = tuple[int, int, int]
 """One sequence's part of a batch: ``(sequence id, tokens, position of its first token)``."""
+Pass = tuple[int, int, int]
+"""One pass (ubatch) of a decode: ``(rows per sequence, tokens, cells attended)``."""
+
+
+def pass_shapes(entries: Sequence[Entry]) -> list[Pass]:
+    """The passes llama.cpp makes over a batch of ``entries`` in sequence-id order when each sequence
+    has its own KV stream (``split_equal``, as :func:`~.draft_budget.passes` counts them): each takes,
+    from the lowest sequence with tokens left and the run of consecutive ids after it, as many tokens
+    from each as the one with fewest left has."""
+    left = [[seq, n, start] for seq, n, start in entries if n > 0]
+    shapes: list[Pass] = []
+    while left:
+        run = 1
+        while run < len(left) and left[run][0] == left[run - 1][0] + 1:
+            run += 1
+        take = min(item[1] for item in left[:run])
+        cells = 0
+        for item in left[:run]:
+            cells += attended(take, item[2])
+            item[1] -= take
+            item[2] += take
+        shapes.append((take, take * run, cells))
+        left = [item for item in left if item[1] > 0]
+    return shapes
+
+
+def row_class(rows: int) -> int:
+    """A pass's row class: ``floor(log2(rows per sequence))`` (1: 0, 2-3: 1, ... 64-127: 6)."""
+    return max(rows, 1).bit_length() - 1
 
 
 def attended(n_tokens: int, start: int) -> int:
@@ -49,6 +99,10 @@ class StepCost:
         """The decayed sums of ``x xᵀ`` (upper triangle, 6) and ``x * seconds`` (3), ``x`` = (passes,
         tokens, cells): plain floats, as a step records one decode (numpy's small arrays cost more)."""
         self._fit: tuple[float, float, float] | None = None
+        self.ratios: dict[int, float] = {}
+        """Per row class (:func:`row_class`): what its passes cost against the fit, a decayed mean."""
+        self._fitted = 0
+        """Decodes the fit has seen."""
 
     def record(self, n_tokens: int, n_passes: int, cells: int, seconds: float) -> None:
         """One ``llama_decode`` of ``n_tokens`` tokens in ``n_passes`` passes, attending ``cells``
@@ -59,6 +113,36 @@ class StepCost:
         terms = (u * u, u * n, u * c, n * n, n * c, c * c, u * seconds, n * seconds, c * seconds)
         self._sums = [total * _DECAY + term for total, term in zip(self._sums, terms)]
         self._fit = None
+        self._fitted += 1
+
+    def record_passes(self, shapes: Sequence[Pass], seconds: float) -> None:
+        """One ``llama_decode`` made the passes ``shapes`` in ``seconds``: fit it (:meth:`record`), and
+        move the ratio of the row class of its costliest pass towards what that pass took beside the
+        others priced at their classes' ratios (a decode of one class: its time against the fit)."""
+        if not shapes or seconds <= 0:
+            return
+        self.record(sum(p[1] for p in shapes), len(shapes), sum(p[2] for p in shapes), seconds)
+        if self._fitted < 2:
+            return  # the prior's prices say nothing about this machine
+        priced = [(row_class(rows), self._pass_seconds(tokens, cells)) for rows, tokens, cells in shapes]
+        main = max(range(len(priced)), key=lambda i: priced[i][1] * self.ratios.get(priced[i][0], 1.0))
+        others = sum(s * self.ratios.get(c, 1.0) for i, (c, s) in enumerate(priced) if i != main)
+        klass, own = priced[main]
+        if own <= 0:
+            return
+        sample = min(max((seconds - others) / own, _RATIO_RANGE[0]), _RATIO_RANGE[1])
+        old = self.ratios.get(klass)
+        self.ratios[klass] = sample if old is None else (1 - _RATIO_WEIGHT) * old + _RATIO_WEIGHT * sample
+
+    def record_single_rows(self, n_tokens: int, n_passes: int, cells: int, seconds: float) -> None:
+        """:meth:`record_passes` for a decode whose passes each take one row per sequence (a carried
+        plan: one token for each running job), without listing its passes."""
+        self.record(n_tokens, n_passes, cells, seconds)
+        own = self.seconds(n_tokens, n_passes, cells)
+        if self._fitted >= 2 and own > 0:
+            sample = min(max(seconds / own, _RATIO_RANGE[0]), _RATIO_RANGE[1])
+            old = self.ratios.get(0)
+            self.ratios[0] = sample if old is None else (1 - _RATIO_WEIGHT) * old + _RATIO_WEIGHT * sample
 
     @property
     def _xtx(self) -> np.ndarray:
@@ -100,3 +184,29 @@ class StepCost:
         """The estimated time of a decode (in the units of :meth:`fit`)."""
         fixed, per_token, per_cell = self.fit()
         return fixed * n_passes + per_token * n_tokens + per_cell * cells
+
+    def _pass_seconds(self, n_tokens: int, cells: int) -> float:
+        fixed, per_token, per_cell = self.fit()
+        return fixed + per_token * n_tokens + per_cell * cells
+
+    def decode_seconds(self, entries: Sequence[Entry]) -> float:
+        """The estimated time of one ``llama_decode`` of ``entries`` (in sequence-id order): each of its
+        passes (:func:`pass_shapes`) by the fit, times its row class's ratio."""
+        ratios = self.ratios
+        return sum(
+            self._pass_seconds(tokens, cells) * ratios.get(row_class(rows), 1.0)
+            for rows, tokens, cells in pass_shapes(entries)
+        )
+
+    def step_seconds(self, generating: Sequence[Entry], prompts: Sequence[Entry]) -> tuple[float, bool]:
+        """The estimated time of a step of ``generating`` and ``prompts`` entries, and whether it is
+        cheaper decoded as two ``llama_decode`` calls (the generating tokens, then the prompt chunks)
+        than as one (by more than :data:`SPLIT_MARGIN`; llama.cpp then passes over the prompts' rows
+        in passes of their own, instead of the first of each in the generating tokens' pass)."""
+        together = self.decode_seconds(sorted([*generating, *prompts]))
+        if not generating or not prompts:
+            return together, False
+        split = self.decode_seconds(sorted(generating)) + self.decode_seconds(sorted(prompts))
+        if split * (1 + SPLIT_MARGIN) < together:
+            return split, True
+        return together, False
