@@ -110,9 +110,17 @@ def main() -> int:
         mparams = llama_cpp.llama_model_default_params()
         model = llama_cpp.llama_model_load_from_file(path.encode(), mparams)
         streams = args.seqs - 1
-        print(f"{args.seqs} sequences x {args.cells} cells, prompt at {args.prefix}, {streams} streams, ms (min of {args.repeat})")
-        print(f"{'flash attn':<10} {'P':>4} {'S alone':>8} {'P alone':>8} {'P+S one':>8} {'P+S two':>8} {'one/apart':>9}")
-        for label, flash in (("auto", llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO), ("off", llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)):
+        print(
+            f"{args.seqs} sequences x {args.cells} cells, prompt at {args.prefix}, {streams} streams, "
+            f"ms (min of {args.repeat})"
+        )
+        print(
+            f"{'flash attn':<10} {'P':>4} {'S alone':>8} {'P alone':>8} {'P+S one':>8} {'P+S two':>8} {'one/apart':>9}"
+        )
+        for label, flash in (
+            ("auto", llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO),
+            ("off", llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED),
+        ):
             shapes = Shapes(model, args, flash)
             s = shapes.stream_items(streams)
             alone_s = shapes.timed([s], args.repeat)

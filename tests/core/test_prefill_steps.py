@@ -81,9 +81,9 @@ class Recorder:
                     counts,
                     gens,
                     n_streams,
-                    cost.step_seconds(
-                        [e for e in entries if e[0] in seqs], [e for e in entries if e[0] not in seqs]
-                    )[0],
+                    cost.step_seconds([e for e in entries if e[0] in seqs], [e for e in entries if e[0] not in seqs])[
+                        0
+                    ],
                     step_limit(plain, n_streams - len(gens), cost, 1.0) or 0.0,
                 )
             )

@@ -110,17 +110,17 @@ def step_limit(
     """The most a step may cost (in the units of ``cost``) when ``generating`` ``(sequence id, tokens,
     position)`` (in id order) decode in it, ``paused`` more streams are between steps and ``prompts``
     guests wait for their prompts: ``multiple`` plain steps of the generating guests (a paused stream
-    counted as one token in the same pass, at the generating guests' mean position; the passes priced
-    as one-row passes are, :meth:`.StepCost.decode_seconds`).  None: no limit, when it is off, nobody
-    generates, or more guests wait for their prompts than generate (the few generating are not favoured
-    over the many waiting for a first token)."""
+    counted as one token in the same pass, at the generating guests' mean position; priced as a plain
+    step, :meth:`.StepCost.plain_seconds`).  None: no limit, when it is off, nobody generates, or more
+    guests wait for their prompts than generate (the few generating are not favoured over the many
+    waiting for a first token)."""
     n_tokens = sum(n for _, n, _ in generating) + paused
     if multiple <= 0 or n_tokens == 0 or prompts > len(generating) + paused:
         return None
     mean_start = sum(start for _, _, start in generating) // len(generating) if generating else 0
     cells = batch_cells(generating) + paused * attended(1, mean_start)
     n_passes = max(1, passes([(seq, n) for seq, n, _ in generating]))
-    return multiple * cost.seconds(n_tokens, n_passes, cells) * cost.ratios.get(0, 1.0)
+    return multiple * cost.plain_seconds(n_tokens, n_passes, cells)
 
 
 def _most_within(base: list[Entry], chunks: list[Entry], prompt: Entry, cost: StepCost, limit: float) -> int:
@@ -162,16 +162,20 @@ def prompt_takes(
     """Tokens each prompt ``(sequence id, tokens pending, position of the next)`` takes, in the order
     given, after the batch ``base`` ``(sequence id, tokens, position)``: as many as fit the ``capacity``
     left in the batch and, with a ``limit``, keep the step's estimated cost within it (the first prompt
-    at least :data:`MIN_PROMPT_TOKENS`)."""
+    at least :data:`MIN_PROMPT_TOKENS`); a prompt the limit cut leaves nothing to those after it (a
+    chunk may stop at a row class's edge below the limit: what is left is not theirs to take)."""
     entries = [entry for entry in base if entry[1] > 0]
     chunks: list[Entry] = []
     takes: list[int] = []
     left = capacity
+    cut = False
     for seq_id, pending, start in prompts:
-        take = min(pending, left)
+        take = 0 if cut else min(pending, left)
         if limit is not None and take > 0:
             floor = min(take, MIN_PROMPT_TOKENS) if not any(takes) else 0
+            most = take
             take = max(_most_within(entries, chunks, (seq_id, take, start), cost, limit), floor)
+            cut = take < most  # the limit stopped this prompt: none after it goes first
         takes.append(take)
         left -= take
         if take > 0:
