@@ -111,6 +111,9 @@ class StepCost:
         """Decayed sums of ``x xᵀ`` and ``x * seconds``, ``x`` = (passes, tokens, cells of each row class)."""
         self._classed = 0
         """Decodes the per-class sums have seen."""
+        self._single = [0.0] * 9
+        self._singles = 0
+        """One-row decodes not yet in ``_cx``/``_cy``: their decayed sums, as the pooled fit's, and count."""
         self._class_fit: tuple[float, float, list[float | None]] | None = None
 
     def record(self, n_tokens: int, n_passes: int, cells: int, seconds: float) -> None:
@@ -142,11 +145,30 @@ class StepCost:
         self.record(n_tokens, n_passes, cells, seconds)
         if n_tokens > FIT_MAX_TOKENS or n_tokens <= 0 or n_passes <= 0 or seconds <= 0:
             return
-        x = np.zeros(2 + N_CLASSES)
-        x[0], x[1], x[2] = n_passes, n_tokens, cells
-        self._add_classed(x, seconds)
+        # the per-class sums of a one-row decode touch only passes, tokens and class 0's cells: kept in
+        # plain floats until the sums are next needed (a carried plan's step records one of these)
+        u, n, c = float(n_passes), float(n_tokens), float(cells)
+        terms = (u * u, u * n, u * c, n * n, n * c, c * c, u * seconds, n * seconds, c * seconds)
+        self._single = [total * _DECAY + term for total, term in zip(self._single, terms)]
+        self._singles += 1
+        self._classed += 1
+        self._class_fit = None
+
+    def _fold_singles(self) -> None:
+        """Add the one-row decodes kept apart to the per-class sums (each decayed as if added in turn)."""
+        if not self._singles:
+            return
+        decay = _DECAY**self._singles
+        self._cx *= decay
+        self._cy *= decay
+        uu, un, uc, nn, nc, cc, uy, ny, cy = self._single
+        self._cx[:3, :3] += np.array([[uu, un, uc], [un, nn, nc], [uc, nc, cc]])
+        self._cy[:3] += np.array([uy, ny, cy])
+        self._single = [0.0] * 9
+        self._singles = 0
 
     def _add_classed(self, x: np.ndarray, seconds: float) -> None:
+        self._fold_singles()
         self._cx *= _DECAY
         self._cx += np.outer(x, x)
         self._cy *= _DECAY
@@ -159,6 +181,7 @@ class StepCost:
         decodes have not shown), or None before :data:`MIN_CLASS_DECODES` decodes or when they cannot
         tell a pass, a token and a class's cells apart."""
         if self._class_fit is None and self._classed >= MIN_CLASS_DECODES:
+            self._fold_singles()
             self._class_fit = self._solve_classed()
         return self._class_fit if self._classed >= MIN_CLASS_DECODES else None
 
