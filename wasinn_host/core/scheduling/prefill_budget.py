@@ -124,17 +124,23 @@ def step_limit(
 
 
 def _most_within(base: list[Entry], chunks: list[Entry], prompt: Entry, cost: StepCost, limit: float) -> int:
-    """The largest ``take`` up to the ``prompt``'s tokens with the step of the generating ``base`` and
-    the prompt ``chunks`` planned so far, plus ``take`` tokens of the prompt, within ``limit``
-    (:meth:`.StepCost.step_seconds`).  A step's cost grows with its tokens, passes and cells within a
-    row class of the prompt's pass (:func:`.step_cost.row_class`), not across them (a larger chunk may
-    cost less than a smaller one), so each class's range is searched on its own, the largest first."""
+    """How many of the ``prompt``'s tokens to take in the step of the generating ``base`` and the prompt
+    ``chunks`` planned so far, the step within ``limit`` (:meth:`.StepCost.step_seconds`).  A step's
+    cost grows with its tokens, passes and cells within a row class of the prompt's pass
+    (:func:`.step_cost.row_class`), not across them: a larger chunk may cost less than a smaller one.
+    So each class's range is searched on its own for the largest take within the limit, and of those
+    the one that decodes the most prompt tokens per second of the step is taken (the largest of equals):
+    where a class's passes cost several times another's, a chunk of the cheaper class, even a smaller
+    one, brings the prompt's first token sooner.  0 if no take fits."""
     seq_id, most, start = prompt
 
-    def fits(take: int) -> bool:
-        seconds, _ = cost.step_seconds(base, [*chunks, (seq_id, take, start)])
-        return seconds <= limit * (1 + 1e-9)  # not rounding's victim
+    def seconds(take: int) -> float:
+        return cost.step_seconds(base, [*chunks, (seq_id, take, start)])[0]
 
+    def fits(take: int) -> bool:
+        return seconds(take) <= limit * (1 + 1e-9)  # not rounding's victim
+
+    best, best_rate = 0, 0.0
     top = most
     while top > 0:
         low_edge = 1 << row_class(top)  # the smallest take of top's row class
@@ -147,9 +153,12 @@ def _most_within(base: list[Entry], chunks: list[Entry], prompt: Entry, cost: St
                         low = mid
                     else:
                         high = mid - 1
-                return low
+                rate = low / max(seconds(low), 1e-12)
+                if rate > best_rate * (1 + 1e-9):
+                    best, best_rate = low, rate
+                break
         top = low_edge - 1
-    return 0
+    return best
 
 
 def prompt_takes(
