@@ -58,7 +58,7 @@ from . import (
     stop_rules,
 )
 from .context_growth import ContextMaker, Growth
-from .draft_budget import DecodeCost, passes
+from .draft_budget import DecodeCost
 from .prefix_reuse import MIN_SHARED_PREFIX
 from .slot_state import ContextState, Job, Slot
 from .speculation import MAX_SPECULATIVE_BATCH
@@ -145,10 +145,10 @@ class ModelWorker:
         self._batch_starts: list[int] = []
         """The position of each job's first token in the batch being filled."""
         self._part_shapes: list[tuple[int, int]] = []
-        """Tokens and passes of each part (:meth:`_shape`)."""
-        self._part_passes: list[list[Pass] | None] = []
-        """Each part's passes (:func:`.step_cost.pass_shapes`) when its plan was filled; None for a carried
-        plan (one row per sequence in every pass)."""
+        """Tokens and passes of each part: the same for every step of a carried plan."""
+        self._part_passes: list[list[Pass]] = []
+        """Each part's passes (:func:`.step_cost.pass_shapes`) when its plan was filled (a carried plan's
+        steps are recorded as passes of one row per sequence, with their new cells)."""
         self._n_first = 0
         """Jobs of the plan that the first decode of a split step takes (0: the step is not split)."""
         self.split_steps = 0
@@ -182,7 +182,7 @@ class ModelWorker:
         """Where the worker's steps spend their time (:mod:`.step_clock`)."""
         self.decode_calls = 0
         self.decode_passes = 0
-        """Forward passes llama.cpp made over those decodes (:func:`.draft_budget.passes`)."""
+        """Forward passes llama.cpp made over those decodes (:func:`.step_cost.pass_shapes`)."""
         self.decoded_tokens = 0
         self.generated_tokens = 0
         self.rows_sampled_together = 0
@@ -631,13 +631,14 @@ class ModelWorker:
                 self.split_steps += 0 < split_at < len(in_batch)
             self._parts = decode_parts.parts(self._batch_rows, self.logits_rows, split_at)
             self._part_passes = [self._passes(part) for part in self._parts]
-            self._part_shapes = [self._shape(self._batch_counts[part.start : part.stop]) for part in self._parts]
+            self._part_shapes = [(sum(p[1] for p in shapes), len(shapes)) for shapes in self._part_passes]
         self.clock.lap("plan")
         first = 0
+        single_rows = self._carries()  # one token for each job: passes of one row (a job may end meanwhile)
         for index, (part, (n_tokens, n_passes)) in enumerate(zip(self._parts, self._part_shapes)):
             jobs = in_batch[part.start : part.stop]
             cells = sum(self._batch_cells[part.start : part.stop])
-            shapes = None if self._carries() else self._part_passes[index]
+            shapes = None if single_rows else self._part_passes[index]
             if self._decode(jobs, first, n_tokens, n_passes, cells, shapes):
                 self._use_outputs(jobs, first)
             self.clock.lap("sample")
@@ -652,12 +653,6 @@ class ModelWorker:
         """The passes llama.cpp makes over a part of the batch just filled (:func:`.step_cost.pass_shapes`)."""
         counts, starts = self._batch_counts, self._batch_starts
         return pass_shapes([(*counts[i], starts[i]) for i in part])
-
-    @staticmethod
-    def _shape(counts: list[tuple[int, int]]) -> tuple[int, int]:
-        """Tokens and llama.cpp's passes (:func:`.draft_budget.passes`) of a part of ``(sequence id,
-        tokens)``: the same for every step of a carried plan."""
-        return sum(n for _, n in counts), passes(counts)
 
     def _use_outputs(self, jobs: list[Job], first: int) -> None:
         """Sample (or read the embedding of) each job of a part just decoded whose tokens are all
