@@ -4,11 +4,12 @@ A step that carries hundreds of prompt tokens costs, on a CPU, as much as dozens
 steps, and every generating guest waits for it.  So while guests generate, a step's prompt tokens are
 limited to what keeps the step within ``multiple`` times the cost of the same step without them (the
 ``prefill-step-budget`` load-time key; 0 turns the limit off), by the worker's own cost model
-(:class:`~.step_cost.StepCost`: passes, tokens and the KV cells they attend, fitted to its decodes), so
-a chunk late in a long prompt, whose tokens attend more cells, is smaller than an early one.  On a
-GPU, where a token costs little beside a pass over the weights, the limit lets whole batches through;
-on a CPU it cuts a long prompt into chunks of a few dozen tokens.  When nobody generates, prompts take
-the whole batch.
+(:class:`~.step_cost.StepCost`: passes, tokens and the KV cells they attend, each row class of pass
+at its own price, fitted to its decodes), so a chunk late in a long prompt, whose tokens attend more
+cells, is smaller than an early one, and a chunk is sized so that llama.cpp runs it in a pass of a
+class that costs what its work does (:func:`_most_within`).  On a GPU, where a token costs little
+beside a pass over the weights, the limit lets whole batches through; on a CPU it cuts a long prompt
+into chunks of a few dozen tokens.  When nobody generates, prompts take the whole batch.
 
 "Generating" means a job with one token to decode (its next token), and also a stream between two of
 its steps: a ``compute_single`` stream is one request per token, so for a moment after each token its
