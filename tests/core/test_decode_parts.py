@@ -23,6 +23,13 @@ def test_parts_keep_jobs_whole_within_the_cap() -> None:
     assert parts([], 4) == []
 
 
+def test_a_split_step_starts_a_part_where_its_prompt_chunks_begin() -> None:
+    assert parts([1, 1, 1, 0, 1], 0, split_at=3) == [range(0, 3), range(3, 5)]  # streams, then prompts
+    assert parts([1, 1, 1, 0, 1], 2, split_at=3) == [range(0, 2), range(2, 3), range(3, 5)]  # and the cap
+    assert parts([1, 1], 0, split_at=0) == [range(0, 2)]  # 0: not split
+    assert parts([1, 1], 0, split_at=2) == [range(0, 2)]  # past the jobs: nothing to split
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise and mincore as Linux has them")
 def test_released_pages_leave_the_resident_set_and_read_as_zeros() -> None:
     page, pages = mmap.PAGESIZE, 64

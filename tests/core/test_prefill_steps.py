@@ -16,7 +16,6 @@ from wasinn_host.backend.fake import FakeRuntime
 from wasinn_host.core.config.params import ModelParams, SamplingParams, StopParams
 from wasinn_host.core.generation import GenerationRequest, GenerationResult, StopReason
 from wasinn_host.core.runtime import KvLayout
-from wasinn_host.core.scheduling.draft_budget import passes
 from wasinn_host.core.scheduling.prefill_budget import step_limit
 from wasinn_host.core.scheduling.scheduler import ContextState, ModelWorker
 from wasinn_host.core.scheduling.stream_feed import StreamFeed
@@ -49,7 +48,7 @@ class Decode:
     streams: int
     """Streams between their first and their last token (in the batch or between two steps)."""
     seconds: float
-    """The step's cost by the worker's model when it was planned."""
+    """The step's cost by the worker's model when it was planned (split or not, as it was planned)."""
     plain: float
     """A decode step of the streams alone, by the same model."""
 
@@ -67,8 +66,11 @@ class Recorder:
         decode = self.worker.context.decode
 
         def recorded(batch: object, first: int = 0, count: int | None = None) -> int:
+            if first > 0:  # the second decode of a split step: the step was recorded at its first
+                return decode(batch, first, count)
             worker, cost = self.worker, self.worker.budget_cost
             counts = list(worker._batch_counts)
+            entries = [(seq, n, start) for (seq, n), start in zip(counts, worker._batch_starts)]
             seqs = {s.slot.seq_id for i, s in enumerate(self.streams) if i in self.generating and s.slot is not None}
             gens = [(seq, n) for seq, n in counts if seq in seqs]
             n_streams = len(self.generating)
@@ -79,7 +81,9 @@ class Recorder:
                     counts,
                     gens,
                     n_streams,
-                    cost.seconds(sum(n for _, n in counts), passes(counts), sum(worker._batch_cells)),
+                    cost.step_seconds([e for e in entries if e[0] in seqs], [e for e in entries if e[0] not in seqs])[
+                        0
+                    ],
                     step_limit(plain, n_streams - len(gens), cost, 1.0) or 0.0,
                 )
             )

@@ -1,10 +1,19 @@
-"""The step cost model of chunked prefill (core/scheduling/step_cost.py): passes, tokens and attended KV cells."""
+"""The step cost model of chunked prefill (core/scheduling/step_cost.py): passes, tokens and attended KV cells,
+and what each row class of pass costs against them."""
 
 from __future__ import annotations
 
 import pytest
 
-from wasinn_host.core.scheduling.step_cost import FIT_MAX_TOKENS, StepCost, attended, batch_cells
+from wasinn_host.core.scheduling.step_cost import (
+    FIT_MAX_TOKENS,
+    StepCost,
+    attended,
+    batch_cells,
+    pass_shapes,
+    row_class,
+)
+from wasinn_host.testing.step_costs import FIXED, PER_CELL, PER_TOKEN, SEVEN_STREAMS, even, flash_cpu, learned
 
 pytestmark = pytest.mark.fast
 
@@ -61,3 +70,50 @@ def test_the_fit_follows_a_slower_machine() -> None:
         for n, n_passes, cells in shapes:
             cost.record(n, n_passes, cells, 2 * (0.004 * n_passes + 0.001 * n))
     assert cost.fit() == pytest.approx((0.008, 0.002, 0.0), rel=0.01, abs=1e-9)
+
+
+# -- row classes: what llama.cpp charges each shape of pass -------------------------------------------
+
+STREAMS = SEVEN_STREAMS
+
+
+def test_passes_follow_split_equal_with_their_rows_and_cells() -> None:
+    # seven streams and a prompt chunk of 64 at 2,000: the chunk's first token rides in the streams' pass
+    shapes = pass_shapes([*STREAMS, (7, 64, 2000)])
+    assert shapes == [(1, 8, 7 * 101 + 2001), (63, 63, attended(63, 2001))]
+    assert pass_shapes(STREAMS) == [(1, 7, 7 * 101)]
+    assert pass_shapes([(7, 64, 2000)]) == [(64, 64, attended(64, 2000))]
+    assert pass_shapes([(0, 1, 5), (3, 2, 0)]) == [(1, 1, 6), (2, 2, 3)]  # not consecutive: a pass each
+    assert [row_class(rows) for rows in (1, 2, 3, 63, 64, 127, 128)] == [0, 1, 1, 5, 6, 6, 7]
+
+
+def test_the_cost_per_cell_of_a_costly_row_class_is_learned_from_the_decodes() -> None:
+    cost = learned(flash_cpu)
+    classed = cost.classed_fit()
+    assert classed is not None
+    fixed, per_token, per_cell = classed
+    assert (fixed, per_token) == pytest.approx((FIXED, PER_TOKEN), rel=0.1)
+    assert per_cell[0] == pytest.approx(PER_CELL, rel=0.1)
+    tiled, scalar = per_cell[6], per_cell[5]
+    assert tiled is not None and scalar is not None
+    assert tiled < 2 * PER_CELL < 4 * PER_CELL < scalar  # 64-127 rows cheap, 32-63 costly
+    for chunk in (12, 63, 64, 100):
+        entries = [*STREAMS, (7, chunk, 2000)]
+        assert cost.decode_seconds(entries) == pytest.approx(flash_cpu(pass_shapes(entries)), rel=0.2), chunk
+
+
+def test_a_chunk_whose_rest_would_run_in_a_costly_pass_is_split_from_the_streams() -> None:
+    cost = learned(flash_cpu)
+    seconds, split = cost.step_seconds(STREAMS, [(7, 64, 2000)])  # together: 63 rows in a pass of their own
+    assert split
+    assert seconds == pytest.approx(flash_cpu(pass_shapes(STREAMS)) + flash_cpu(pass_shapes([(7, 64, 2000)])), rel=0.2)
+    assert not cost.step_seconds(STREAMS, [(7, 65, 2000)])[1], "64 rows apart: one decode costs the same"
+
+
+def test_where_every_shape_costs_what_the_fit_says_steps_are_never_split() -> None:
+    cost = learned(even)
+    classed = cost.classed_fit()
+    assert classed is not None
+    assert all(per_cell == pytest.approx(PER_CELL, rel=0.1) for per_cell in classed[2][:8])
+    for chunk in (2, 16, 63, 64, 65, 200):
+        assert not cost.step_seconds(STREAMS, [(7, chunk, 2000)])[1], chunk

@@ -64,6 +64,7 @@ def _model_entry(model: "LoadedModel") -> dict[str, Any]:
         "passes_per_decode": round(worker.decode_passes / worker.decode_calls, 3) if worker.decode_calls else 0.0,
         "step_time": worker.clock.report(),
         "carried_plans": worker.carried_plans,
+        "split_steps": worker.split_steps,
         "rows_sampled_together": worker.rows_sampled_together,
         "guests_awaited": worker.guests_awaited,
         "late_guests": worker.late_guests,

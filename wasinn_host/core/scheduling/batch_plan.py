@@ -8,6 +8,11 @@ keeps the step within ``prefill-step-budget`` times the generating guests' plain
 rest of the batch in the queue's order.  The plan is in sequence-id order, so llama.cpp can run the
 generating tokens in one pass.
 
+A step with prompt chunks beside generating tokens is *split* when the worker's cost model
+(:meth:`.StepCost.step_seconds`: what llama.cpp charged for each row class of pass) says two
+``llama_decode`` calls cost less than one: the generating jobs first (in sequence-id order), then the
+prompt chunks, and :func:`plan_step` says how many of the plan's jobs the first decode takes.
+
 A plan of one token for each of the running jobs and nothing else (no prompt chunk, draft, embedding,
 image or piece sink to watch) is the next step's plan too, as long as no job starts, ends or pauses:
 :func:`carriable` says when the worker may keep it, and the worker then only writes each job's new
@@ -86,8 +91,10 @@ def carriable(plan: Plan, active: Sequence[Job]) -> bool:
     )
 
 
-def plan_step(active: Sequence[Job], planning: Planning) -> tuple[Plan, bool]:
-    """The plan of one step for the ``active`` jobs, and whether the step budget cut its prompt chunks."""
+def plan_step(active: Sequence[Job], planning: Planning) -> tuple[Plan, bool, int]:
+    """The plan of one step for the ``active`` jobs, whether the step budget cut its prompt chunks, and
+    how many of the plan's jobs its first ``llama_decode`` takes when the step is split (0: one decode
+    of them all)."""
     jobs = sorted((j for j in active if j.pending > 0 and not waits_for_sink(j)), key=lambda j: j.pending)
     capacity = planning.capacity
     planned: Plan = []
@@ -106,6 +113,7 @@ def plan_step(active: Sequence[Job], planning: Planning) -> tuple[Plan, bool]:
     paused = planning.paused({job.state for job in jobs}) if prompts and planning.budget > 0 else 0
     generating = any(not job.request.embed for job, _ in planned)  # an embedding samples nothing
     capped = False
+    n_first = len(planned)
     if prompts and planning.budget > 0 and (generating or paused):
         capped = _plan_with_limit(planned, prompts, paused, planning)
     else:
@@ -115,8 +123,22 @@ def plan_step(active: Sequence[Job], planning: Planning) -> tuple[Plan, bool]:
         planned += [(job, take) for job, take in zip(prompts, takes) if take > 0]
         left = capacity - sum(take for _, take in planned)
         speculation.plan_drafts(planned, left, planning.n_ctx_seq, planning.decode_cost)
+    first, rest = planned[:n_first], planned[n_first:]
+    if first and rest and split_is_cheaper(first, rest, planning.step_cost):
+        first.sort(key=lambda item: seq_of(item[0]))
+        rest.sort(key=lambda item: seq_of(item[0]))
+        return first + rest, capped, len(first)
     planned.sort(key=lambda item: seq_of(item[0]))
-    return planned, capped
+    return planned, capped, 0
+
+
+def split_is_cheaper(first: Plan, rest: Plan, cost: StepCost) -> bool:
+    """Whether the ``first`` jobs (generating) and the ``rest`` (prompt chunks) cost less as two decodes
+    than as one, by ``cost`` (:meth:`.StepCost.step_seconds`)."""
+    _, split = cost.step_seconds(
+        [entry(job, take + len(job.draft)) for job, take in first], [entry(job, take) for job, take in rest]
+    )
+    return split
 
 
 def _plan_with_limit(planned: Plan, prompts: list[Job], paused: int, planning: Planning) -> bool:

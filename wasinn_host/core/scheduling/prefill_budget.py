@@ -4,11 +4,12 @@ A step that carries hundreds of prompt tokens costs, on a CPU, as much as dozens
 steps, and every generating guest waits for it.  So while guests generate, a step's prompt tokens are
 limited to what keeps the step within ``multiple`` times the cost of the same step without them (the
 ``prefill-step-budget`` load-time key; 0 turns the limit off), by the worker's own cost model
-(:class:`~.step_cost.StepCost`: passes, tokens and the KV cells they attend, fitted to its decodes), so
-a chunk late in a long prompt, whose tokens attend more cells, is smaller than an early one.  On a
-GPU, where a token costs little beside a pass over the weights, the limit lets whole batches through;
-on a CPU it cuts a long prompt into chunks of a few dozen tokens.  When nobody generates, prompts take
-the whole batch.
+(:class:`~.step_cost.StepCost`: passes, tokens and the KV cells they attend, each row class of pass
+at its own price, fitted to its decodes), so a chunk late in a long prompt, whose tokens attend more
+cells, is smaller than an early one, and a chunk is sized so that llama.cpp runs it in a pass of a
+class that costs what its work does (:func:`_most_within`).  On a GPU, where a token costs little
+beside a pass over the weights, the limit lets whole batches through; on a CPU it cuts a long prompt
+into chunks of a few dozen tokens.  When nobody generates, prompts take the whole batch.
 
 "Generating" means a job with one token to decode (its next token), and also a stream between two of
 its steps: a ``compute_single`` stream is one request per token, so for a moment after each token its
@@ -32,7 +33,7 @@ from collections.abc import Collection, Sequence
 
 from ..config.params import DEFAULT_STEP_BUDGET as DEFAULT_STEP_BUDGET  # the key's default: config/params.py
 from .draft_budget import passes
-from .step_cost import Entry, StepCost, attended, batch_cells
+from .step_cost import Entry, StepCost, attended, batch_cells, row_class
 
 STREAM_PAUSE_S = 0.5
 """A stream whose last step ended this recently (and did not end the stream) still counts as generating."""
@@ -104,42 +105,61 @@ class PausedStreams:
         return min(2.0 * self.roundtrip_s, MAX_HOLD_S)
 
 
-def _seconds(entries: Sequence[Entry], cost: StepCost) -> float:
-    ordered = sorted(entries)
-    n_passes = passes([(seq, n) for seq, n, _ in ordered])
-    return cost.seconds(sum(n for _, n, _ in ordered), n_passes, batch_cells(ordered))
-
-
 def step_limit(
     generating: Sequence[Entry], paused: int, cost: StepCost, multiple: float, prompts: int = 0
 ) -> float | None:
     """The most a step may cost (in the units of ``cost``) when ``generating`` ``(sequence id, tokens,
     position)`` (in id order) decode in it, ``paused`` more streams are between steps and ``prompts``
     guests wait for their prompts: ``multiple`` plain steps of the generating guests (a paused stream
-    counted as one token in the same pass, at the generating guests' mean position).  None: no limit,
-    when it is off, nobody generates, or more guests wait for their prompts than generate (the few
-    generating are not favoured over the many waiting for a first token)."""
+    counted as one token in the same pass, at the generating guests' mean position; priced as a plain
+    step, :meth:`.StepCost.plain_seconds`).  None: no limit, when it is off, nobody generates, or more
+    guests wait for their prompts than generate (the few generating are not favoured over the many
+    waiting for a first token)."""
     n_tokens = sum(n for _, n, _ in generating) + paused
     if multiple <= 0 or n_tokens == 0 or prompts > len(generating) + paused:
         return None
     mean_start = sum(start for _, _, start in generating) // len(generating) if generating else 0
     cells = batch_cells(generating) + paused * attended(1, mean_start)
     n_passes = max(1, passes([(seq, n) for seq, n, _ in generating]))
-    return multiple * cost.seconds(n_tokens, n_passes, cells)
+    return multiple * cost.plain_seconds(n_tokens, n_passes, cells)
 
 
-def _most_within(entries: list[Entry], prompt: Entry, cost: StepCost, limit: float) -> int:
-    """The largest ``take`` up to the ``prompt``'s tokens with the batch ``entries`` plus ``take``
-    tokens of the prompt within ``limit`` (a step's cost grows with its tokens, passes and cells)."""
+def _most_within(base: list[Entry], chunks: list[Entry], prompt: Entry, cost: StepCost, limit: float) -> int:
+    """How many of the ``prompt``'s tokens to take in the step of the generating ``base`` and the prompt
+    ``chunks`` planned so far, the step within ``limit`` (:meth:`.StepCost.step_seconds`).  A step's
+    cost grows with its tokens, passes and cells within a row class of the prompt's pass
+    (:func:`.step_cost.row_class`), not across them: a larger chunk may cost less than a smaller one.
+    So each class's range is searched on its own for the largest take within the limit, and of those
+    the one that decodes the most prompt tokens per second of the step is taken (the largest of equals):
+    where a class's passes cost several times another's, a chunk of the cheaper class, even a smaller
+    one, brings the prompt's first token sooner.  0 if no take fits."""
     seq_id, most, start = prompt
-    low, high = 0, most
-    while low < high:
-        mid = (low + high + 1) // 2
-        if _seconds([*entries, (seq_id, mid, start)], cost) <= limit * (1 + 1e-9):  # not rounding's victim
-            low = mid
-        else:
-            high = mid - 1
-    return low
+
+    def seconds(take: int) -> float:
+        return cost.step_seconds(base, [*chunks, (seq_id, take, start)])[0]
+
+    def fits(take: int) -> bool:
+        return seconds(take) <= limit * (1 + 1e-9)  # not rounding's victim
+
+    best, best_rate = 0, 0.0
+    top = most
+    while top > 0:
+        low_edge = 1 << row_class(top)  # the smallest take of top's row class
+        for edge in (low_edge, low_edge + 1):  # (a chunk decoded beside streams: its first row rides in theirs)
+            if edge <= top and fits(edge):
+                low, high = edge, top
+                while low < high:
+                    mid = (low + high + 1) // 2
+                    if fits(mid):
+                        low = mid
+                    else:
+                        high = mid - 1
+                rate = low / max(seconds(low), 1e-12)
+                if rate > best_rate * (1 + 1e-9):
+                    best, best_rate = low, rate
+                break
+        top = low_edge - 1
+    return best
 
 
 def prompt_takes(
@@ -152,17 +172,22 @@ def prompt_takes(
     """Tokens each prompt ``(sequence id, tokens pending, position of the next)`` takes, in the order
     given, after the batch ``base`` ``(sequence id, tokens, position)``: as many as fit the ``capacity``
     left in the batch and, with a ``limit``, keep the step's estimated cost within it (the first prompt
-    at least :data:`MIN_PROMPT_TOKENS`)."""
+    at least :data:`MIN_PROMPT_TOKENS`); a prompt the limit cut leaves nothing to those after it (a
+    chunk may stop at a row class's edge below the limit: what is left is not theirs to take)."""
     entries = [entry for entry in base if entry[1] > 0]
+    chunks: list[Entry] = []
     takes: list[int] = []
     left = capacity
+    cut = False
     for seq_id, pending, start in prompts:
-        take = min(pending, left)
+        take = 0 if cut else min(pending, left)
         if limit is not None and take > 0:
             floor = min(take, MIN_PROMPT_TOKENS) if not any(takes) else 0
-            take = max(_most_within(entries, (seq_id, take, start), cost, limit), floor)
+            most = take
+            take = max(_most_within(entries, chunks, (seq_id, take, start), cost, limit), floor)
+            cut = take < most  # the limit stopped this prompt: none after it goes first
         takes.append(take)
         left -= take
         if take > 0:
-            entries.append((seq_id, take, start))
+            chunks.append((seq_id, take, start))
     return takes

@@ -59,12 +59,12 @@ from . import (
     stop_rules,
 )
 from .context_growth import ContextMaker, Growth, spare_core
-from .draft_budget import DecodeCost, passes
+from .draft_budget import DecodeCost
 from .prefix_reuse import MIN_SHARED_PREFIX
 from .slot_state import ContextState, Job, Slot
 from .speculation import MAX_SPECULATIVE_BATCH
 from .step_clock import StepClock
-from .step_cost import StepCost, attended
+from .step_cost import Pass, StepCost, attended, pass_shapes
 from .stop_rules import cut_at_stop
 from .stream_feed import GuestsBack, StreamFeed
 
@@ -155,8 +155,18 @@ class ModelWorker:
         """Logits rows each job of the batch being filled asks for (an embedding's: none)."""
         self._parts: list[range] = []
         """The batch's jobs in the runs decoded one after another (:mod:`.decode_parts`)."""
+        self._batch_starts: list[int] = []
+        """The position of each job's first token in the batch being filled."""
         self._part_shapes: list[tuple[int, int]] = []
-        """Tokens and passes of each part (:meth:`_shape`)."""
+        """Tokens and passes of each part: the same for every step of a carried plan."""
+        self._part_passes: list[list[Pass]] = []
+        """Each part's passes (:func:`.step_cost.pass_shapes`) when its plan was filled (a carried plan's
+        steps are recorded as passes of one row per sequence, with their new cells)."""
+        self._n_first = 0
+        """Jobs of the plan that the first decode of a split step takes (0: the step is not split)."""
+        self.split_steps = 0
+        """Steps decoded as two ``llama_decode`` calls, generating tokens then prompt chunks, because the
+        cost model found that cheaper than one (:func:`.batch_plan.plan_step`)."""
         self._jobs_changed = 0
         """Counts the times a job started or ended: a carried plan is kept while this stays as it was."""
         self._carried: list[Job] | None = None
@@ -185,7 +195,7 @@ class ModelWorker:
         """Where the worker's steps spend their time (:mod:`.step_clock`)."""
         self.decode_calls = 0
         self.decode_passes = 0
-        """Forward passes llama.cpp made over those decodes (:func:`.draft_budget.passes`)."""
+        """Forward passes llama.cpp made over those decodes (:func:`.step_cost.pass_shapes`)."""
         self.decoded_tokens = 0
         self.generated_tokens = 0
         self.rows_sampled_together = 0
@@ -648,13 +658,22 @@ class ModelWorker:
             in_batch = self._fill_batch(planned)
             self._carried = in_batch if keep and len(in_batch) == len(planned) else None
             self._carried_at = self._jobs_changed
-            self._parts = decode_parts.parts(self._batch_rows, self.logits_rows)
-            self._part_shapes = [self._shape(self._batch_counts[part.start : part.stop]) for part in self._parts]
+            split_at = 0
+            if self._n_first:  # where the prompt chunks begin in the batch (a job may have been left out)
+                firsts = {id(job) for job, _ in planned[: self._n_first]}
+                split_at = sum(1 for job in in_batch if id(job) in firsts)
+                self.split_steps += 0 < split_at < len(in_batch)
+            self._parts = decode_parts.parts(self._batch_rows, self.logits_rows, split_at)
+            self._part_passes = [self._passes(part) for part in self._parts]
+            self._part_shapes = [(sum(p[1] for p in shapes), len(shapes)) for shapes in self._part_passes]
         self.clock.lap("plan")
         first = 0
-        for part, (n_tokens, n_passes) in zip(self._parts, self._part_shapes):
+        single_rows = self._carries()  # one token for each job: passes of one row (a job may end meanwhile)
+        for index, (part, (n_tokens, n_passes)) in enumerate(zip(self._parts, self._part_shapes)):
             jobs = in_batch[part.start : part.stop]
-            if self._decode(jobs, first, n_tokens, n_passes, sum(self._batch_cells[part.start : part.stop])):
+            cells = sum(self._batch_cells[part.start : part.stop])
+            shapes = None if single_rows else self._part_passes[index]
+            if self._decode(jobs, first, n_tokens, n_passes, cells, shapes):
                 self._use_outputs(jobs, first)
             self.clock.lap("sample")
             first += n_tokens
@@ -664,11 +683,10 @@ class ModelWorker:
         """Whether the next step decodes the plan of the step before (no job started or ended since)."""
         return self._carried is not None and self._carried_at == self._jobs_changed
 
-    @staticmethod
-    def _shape(counts: list[tuple[int, int]]) -> tuple[int, int]:
-        """Tokens and llama.cpp's passes (:func:`.draft_budget.passes`) of a part of ``(sequence id,
-        tokens)``: the same for every step of a carried plan."""
-        return sum(n for _, n in counts), passes(counts)
+    def _passes(self, part: range) -> list[Pass]:
+        """The passes llama.cpp makes over a part of the batch just filled (:func:`.step_cost.pass_shapes`)."""
+        counts, starts = self._batch_counts, self._batch_starts
+        return pass_shapes([(*counts[i], starts[i]) for i in part])
 
     def _use_outputs(self, jobs: list[Job], first: int) -> None:
         """Sample (or read the embedding of) each job of a part just decoded whose tokens are all
@@ -742,7 +760,7 @@ class ModelWorker:
             self.budget_cost,
             lambda running: self.paused_streams.count(time.perf_counter(), running),
         )
-        planned, capped = batch_plan.plan_step(self._active, planning)
+        planned, capped, self._n_first = batch_plan.plan_step(self._active, planning)
         self.capped_prompt_steps += capped
         return planned
 
@@ -758,6 +776,7 @@ class ModelWorker:
         self._batch_counts = []
         self._batch_cells = []
         self._batch_rows = []
+        self._batch_starts = []
         in_batch: list[Job] = []
         for job, take in planned:
             slot = job.slot
@@ -788,6 +807,7 @@ class ModelWorker:
                 job.draft = []
             self._batch_counts.append((slot.seq_id, take + len(job.draft)))
             self._batch_cells.append(attended(take + len(job.draft), start))
+            self._batch_starts.append(start)
             self._batch_rows.append(0 if job.request.embed else int(wants) + len(job.draft))
             in_batch.append(job)
         return in_batch
@@ -832,9 +852,12 @@ class ModelWorker:
             take -= span.n_tokens
         return True
 
-    def _decode(self, in_batch: list[Job], first: int, n_tokens: int, n_passes: int, cells: int) -> bool:
+    def _decode(
+        self, in_batch: list[Job], first: int, n_tokens: int, n_passes: int, cells: int, shapes: list[Pass] | None
+    ) -> bool:
         """Run ``n_tokens`` of the batch from index ``first`` (the tokens of ``in_batch``, in ``n_passes``
-        passes, attending ``cells`` KV cells); on failure, free the jobs' cells and fail them."""
+        passes (``shapes``; None: each of one row per sequence), attending ``cells`` KV cells); on
+        failure, free the jobs' cells and fail them."""
         self._deliver(self._await_guests)  # an end the admission or the plan gave
         self.clock.lap("guests")
         began = time.perf_counter()
@@ -847,7 +870,10 @@ class ModelWorker:
         self.clock.lap("device")
         seconds = time.perf_counter() - began
         self.decode_cost.record(n_tokens, n_passes, seconds)
-        self.step_cost.record(n_tokens, n_passes, cells, seconds)
+        if shapes is None:
+            self.step_cost.record_single_rows(n_tokens, n_passes, cells, seconds)
+        else:
+            self.step_cost.record_passes(shapes, seconds)
         self._copy_sources.clear()
         self._copy_targets.clear()
         self._pending_copies.clear()

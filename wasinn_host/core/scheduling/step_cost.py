@@ -14,6 +14,26 @@ fitted by decayed least squares to the worker's own decodes of up to :data:`FIT_
 (larger prompt chunks run faster per token and would make small ones look cheap); a term the data
 cannot tell apart (or a negative one) is left out of the fit.  Before a fit, a token costs as
 much as a pass and cells cost nothing.
+
+**Shapes.**  llama.cpp does not charge every pass alike.  With one KV stream per sequence it splits a
+batch into passes (ubatches) of equal rows per sequence (:func:`pass_shapes`), and a backend's kernels
+may change with those rows: on a CPU with flash attention, ggml runs a pass whose sequences have at
+least 64 rows each through a tiled matrix product, one of a single row through a KV-split dot product,
+and anything between through a scalar loop over every attended cell, several times slower per cell.
+Measured on a 2-core AMX Xeon (random F16 llama, 12 layers, a prompt at position 2,000, llama.cpp
+alone): 64 prompt tokens 182 ms, 16 tokens 324 ms; 64 prompt tokens beside seven stream tokens in one
+``llama_decode`` 1,436 ms, because ``split_equal`` puts the prompt's first token in the streams' pass
+and its other 63 in a pass of their own.  So :class:`StepCost` also fits, from the passes of each
+decode (:meth:`StepCost.record_passes`), a cost per attended cell for each *row class* of pass (its
+rows per sequence in powers of two: 1, 2-3, 4-7, ... 64-127, ...; :func:`row_class`) beside a shared
+cost per pass and per token:
+
+    seconds = sum over passes of  fixed + per_token * tokens + per_cell[row class] * cells
+
+:meth:`StepCost.decode_seconds` prices a batch pass by pass with it.  A pass of a class the decodes
+have not shown is priced by the pooled fit, so the planner tries it and learns what it costs.
+Nothing here knows a backend: where every class costs alike (a GPU's flash attention), the prices are
+those of the pooled fit and the planner's choices too.
 """
 
 from __future__ import annotations
@@ -26,8 +46,45 @@ FIT_MAX_TOKENS = 256
 """Decodes of more tokens are not fitted (a step under the budget carries fewer)."""
 _DECAY = 0.97
 
+SPLIT_MARGIN = 0.1
+"""A step is split into two decodes only when the estimate says that saves more than this fraction."""
+N_CLASSES = 10
+"""Row classes fitted apart (the last holds every pass of 512 rows per sequence or more)."""
+MIN_CLASS_DECODES = 8
+"""Decodes the per-class fit waits for before it prices anything (the pooled fit prices until then)."""
+
 Entry = tuple[int, int, int]
 """One sequence's part of a batch: ``(sequence id, tokens, position of its first token)``."""
+Pass = tuple[int, int, int]
+"""One pass (ubatch) of a decode: ``(rows per sequence, tokens, cells attended)``."""
+
+
+def pass_shapes(entries: Sequence[Entry]) -> list[Pass]:
+    """The passes llama.cpp makes over a batch of ``entries`` in sequence-id order when each sequence
+    has its own KV stream (``split_equal``, as :func:`~.draft_budget.passes` counts them): each takes,
+    from the lowest sequence with tokens left and the run of consecutive ids after it, as many tokens
+    from each as the one with fewest left has."""
+    left = [[seq, n, start] for seq, n, start in entries if n > 0]
+    shapes: list[Pass] = []
+    while left:
+        run = 1
+        while run < len(left) and left[run][0] == left[run - 1][0] + 1:
+            run += 1
+        take = min(item[1] for item in left[:run])
+        cells = 0
+        for item in left[:run]:
+            cells += attended(take, item[2])
+            item[1] -= take
+            item[2] += take
+        shapes.append((take, take * run, cells))
+        left = [item for item in left if item[1] > 0]
+    return shapes
+
+
+def row_class(rows: int) -> int:
+    """A pass's row class: ``floor(log2(rows per sequence))`` (1: 0, 2-3: 1, ... 64-127: 6), at most
+    ``N_CLASSES - 1``."""
+    return min(max(rows, 1).bit_length() - 1, N_CLASSES - 1)
 
 
 def attended(n_tokens: int, start: int) -> int:
@@ -49,16 +106,112 @@ class StepCost:
         """The decayed sums of ``x xᵀ`` (upper triangle, 6) and ``x * seconds`` (3), ``x`` = (passes,
         tokens, cells): plain floats, as a step records one decode (numpy's small arrays cost more)."""
         self._fit: tuple[float, float, float] | None = None
+        self._cx = np.zeros((2 + N_CLASSES, 2 + N_CLASSES))
+        self._cy = np.zeros(2 + N_CLASSES)
+        """Decayed sums of ``x xᵀ`` and ``x * seconds``, ``x`` = (passes, tokens, cells of each row class)."""
+        self._classed = 0
+        """Decodes the per-class sums have seen."""
+        self._single = [0.0] * 9
+        self._singles = 0
+        """One-row decodes not yet in ``_cx``/``_cy``: their decayed sums, as the pooled fit's, and count."""
+        self._class_fit: tuple[float, float, list[float | None]] | None = None
 
     def record(self, n_tokens: int, n_passes: int, cells: int, seconds: float) -> None:
         """One ``llama_decode`` of ``n_tokens`` tokens in ``n_passes`` passes, attending ``cells``
-        cells, took ``seconds``."""
+        cells, took ``seconds`` (the pooled fit only)."""
         if n_tokens > FIT_MAX_TOKENS or n_tokens <= 0 or n_passes <= 0 or seconds <= 0:
             return
         u, n, c = float(n_passes), float(n_tokens), float(cells)
         terms = (u * u, u * n, u * c, n * n, n * c, c * c, u * seconds, n * seconds, c * seconds)
         self._sums = [total * _DECAY + term for total, term in zip(self._sums, terms)]
         self._fit = None
+
+    def record_passes(self, shapes: Sequence[Pass], seconds: float) -> None:
+        """One ``llama_decode`` made the passes ``shapes`` (:func:`pass_shapes`) in ``seconds``: both fits."""
+        n_tokens = sum(p[1] for p in shapes)
+        cells = sum(p[2] for p in shapes)
+        self.record(n_tokens, len(shapes), cells, seconds)
+        if n_tokens > FIT_MAX_TOKENS or n_tokens <= 0 or seconds <= 0:
+            return
+        x = np.zeros(2 + N_CLASSES)
+        x[0], x[1] = len(shapes), n_tokens
+        for rows, _, pass_cells in shapes:
+            x[2 + row_class(rows)] += pass_cells
+        self._add_classed(x, seconds)
+
+    def record_single_rows(self, n_tokens: int, n_passes: int, cells: int, seconds: float) -> None:
+        """:meth:`record_passes` for a decode whose passes each take one row per sequence (a carried
+        plan: one token for each running job), without listing its passes."""
+        self.record(n_tokens, n_passes, cells, seconds)
+        if n_tokens > FIT_MAX_TOKENS or n_tokens <= 0 or n_passes <= 0 or seconds <= 0:
+            return
+        # the per-class sums of a one-row decode touch only passes, tokens and class 0's cells: kept in
+        # plain floats until the sums are next needed (a carried plan's step records one of these)
+        u, n, c = float(n_passes), float(n_tokens), float(cells)
+        terms = (u * u, u * n, u * c, n * n, n * c, c * c, u * seconds, n * seconds, c * seconds)
+        self._single = [total * _DECAY + term for total, term in zip(self._single, terms)]
+        self._singles += 1
+        self._classed += 1
+        self._class_fit = None
+
+    def _fold_singles(self) -> None:
+        """Add the one-row decodes kept apart to the per-class sums (each decayed as if added in turn)."""
+        if not self._singles:
+            return
+        decay = _DECAY**self._singles
+        self._cx *= decay
+        self._cy *= decay
+        uu, un, uc, nn, nc, cc, uy, ny, cy = self._single
+        self._cx[:3, :3] += np.array([[uu, un, uc], [un, nn, nc], [uc, nc, cc]])
+        self._cy[:3] += np.array([uy, ny, cy])
+        self._single = [0.0] * 9
+        self._singles = 0
+
+    def _add_classed(self, x: np.ndarray, seconds: float) -> None:
+        self._fold_singles()
+        self._cx *= _DECAY
+        self._cx += np.outer(x, x)
+        self._cy *= _DECAY
+        self._cy += x * seconds
+        self._classed += 1
+        self._class_fit = None
+
+    def classed_fit(self) -> tuple[float, float, list[float | None]] | None:
+        """``(fixed, per_token, per_cell of each row class)`` of the per-class fit (None for a class the
+        decodes have not shown), or None before :data:`MIN_CLASS_DECODES` decodes or when they cannot
+        tell a pass, a token and a class's cells apart."""
+        if self._class_fit is None and self._classed >= MIN_CLASS_DECODES:
+            self._fold_singles()
+            self._class_fit = self._solve_classed()
+        return self._class_fit if self._classed >= MIN_CLASS_DECODES else None
+
+    def _solve_classed(self) -> tuple[float, float, list[float | None]] | None:
+        diag = np.diag(self._cx)
+        terms = [0, 1] + [2 + k for k in range(N_CLASSES) if diag[2 + k] > 0]
+        while len(terms) >= 2:
+            a = self._cx[np.ix_(terms, terms)]
+            scale = np.sqrt(np.diag(a))
+            if np.any(scale <= 0):
+                return None
+            normed = a / np.outer(scale, scale)
+            if np.linalg.cond(normed) > 1e8:
+                if len(terms) == 2:
+                    return None
+                terms = terms[:-1]  # the rarest shapes last: a class the decodes cannot tell apart
+                continue
+            solved = np.linalg.solve(normed, self._cy[terms] / scale) / scale
+            negative = [t for t, v in zip(terms[2:], solved[2:]) if v < 0]
+            if negative:  # cells that seem to save time: timing noise
+                terms = [t for t in terms if t not in negative]
+                continue
+            fixed, per_token = float(solved[0]), float(solved[1])
+            if fixed <= 0 or per_token < 0:  # a class's cells took a pass's or a token's cost: no fit
+                return None
+            per_cell: list[float | None] = [None] * N_CLASSES
+            for t, v in zip(terms[2:], solved[2:]):
+                per_cell[t - 2] = float(v)
+            return fixed, per_token, per_cell
+        return None
 
     @property
     def _xtx(self) -> np.ndarray:
@@ -85,8 +238,8 @@ class StepCost:
                 terms = terms[:-1]
                 continue
             solved = np.linalg.solve(a / np.outer(scale, scale), xty[terms] / scale) / scale
-            if len(terms) == 3 and solved[2] < 0:
-                terms = terms[:-1]  # cells that seem to save time: timing noise
+            if len(terms) == 3 and min(solved[1], solved[2]) < 0:
+                terms = terms[:-1]  # cells that seem to save time, or to take the tokens' cost: noise
                 continue
             fixed, per_token = float(solved[0]), max(float(solved[1]), 0.0)
             per_cell = float(solved[2]) if len(terms) == 3 else 0.0
@@ -100,3 +253,43 @@ class StepCost:
         """The estimated time of a decode (in the units of :meth:`fit`)."""
         fixed, per_token, per_cell = self.fit()
         return fixed * n_passes + per_token * n_tokens + per_cell * cells
+
+    def plain_seconds(self, n_tokens: int, n_passes: int, cells: int) -> float:
+        """The estimated time of a decode whose passes each take one row per sequence (a plain step)."""
+        classed = self.classed_fit()
+        if classed is None:
+            return self.seconds(n_tokens, n_passes, cells)
+        fixed, per_token, per_cell = classed
+        if per_cell[0] is None:
+            return self.seconds(n_tokens, n_passes, cells)
+        return fixed * n_passes + per_token * n_tokens + per_cell[0] * cells
+
+    def decode_seconds(self, entries: Sequence[Entry]) -> float:
+        """The estimated time of one ``llama_decode`` of ``entries`` (in sequence-id order): each of its
+        passes (:func:`pass_shapes`) priced by the per-class fit (by the pooled fit before there is one)."""
+        shapes = pass_shapes(entries)
+        classed = self.classed_fit()
+        if classed is None:
+            return self.seconds(sum(p[1] for p in shapes), len(shapes), sum(p[2] for p in shapes))
+        fixed, per_token, per_cell = classed
+        seconds = 0.0
+        for rows, tokens, cells in shapes:
+            own = per_cell[row_class(rows)]
+            if own is None:  # a class not seen yet: the pooled fit's price
+                seconds += self.seconds(tokens, 1, cells)
+            else:
+                seconds += fixed + per_token * tokens + own * cells
+        return seconds
+
+    def step_seconds(self, generating: Sequence[Entry], prompts: Sequence[Entry]) -> tuple[float, bool]:
+        """The estimated time of a step of ``generating`` and ``prompts`` entries, and whether it is
+        cheaper decoded as two ``llama_decode`` calls (the generating tokens, then the prompt chunks)
+        than as one (by more than :data:`SPLIT_MARGIN`; llama.cpp then passes over the prompts' rows
+        in passes of their own, instead of the first of each in the generating tokens' pass)."""
+        together = self.decode_seconds(sorted([*generating, *prompts]))
+        if not generating or not prompts:
+            return together, False
+        split = self.decode_seconds(sorted(generating)) + self.decode_seconds(sorted(prompts))
+        if split * (1 + SPLIT_MARGIN) < together:
+            return split, True
+        return together, False
