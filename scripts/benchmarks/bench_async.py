@@ -8,7 +8,8 @@ Every stream makes ``--tokens`` tokens (``n-predict``, end of generation ignored
 aggregate generated tokens/s (the model's count over the wall time from the common start to the last
 stream's end) and the median time to first piece; medians of ``--runs`` alternated runs, with the spread.
 
-Usage: ``python scripts/benchmarks/bench_async.py --model M.gguf [--streams 16] [--tokens 64] [--runs 5]``
+Usage: ``python scripts/benchmarks/bench_async.py --model M.gguf [--streams 1,8,64] [--tokens 64] [--runs 5]``
+(each count of streams in turn, its arms alternated run by run).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def main() -> None:
     """Alternate the arms and print the medians."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True)
-    parser.add_argument("--streams", type=int, default=16)
+    parser.add_argument("--streams", default="16", help="concurrent streams: a count, or counts separated by commas")
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
@@ -88,24 +89,34 @@ def main() -> None:
     config: dict[str, object] = {"n-predict": args.tokens, "ignore-eos": True}
     with nn.session("default", config) as warm:
         warm.complete("warm up")
+    for streams in [int(n) for n in args.streams.split(",")]:
+        compare(nn, config, streams, args)
+    nn.close()
+
+
+def compare(nn: WasiNN, config: dict[str, object], streams: int, args: argparse.Namespace) -> None:
+    """The two arms at ``streams`` concurrent streams, alternated; their medians and spread."""
     arms = {"async": run_async, "threads": run_threads}
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in arms}
     for run in range(args.runs):
         for name in list(arms) if run % 2 == 0 else list(reversed(arms)):
             before = generated(nn)
-            wall, firsts = arms[name](nn, config, args.streams)
+            wall, firsts = arms[name](nn, config, streams)
             rate = (generated(nn) - before) / wall
             first = statistics.median(firsts)
             results[name].append((rate, first))
-            print(f"run {run} {name}: {rate:.1f} tok/s, first piece {first * 1000:.0f} ms", flush=True)
-    print(f"\n{args.streams} streams x {args.tokens} tokens, model {args.model}")
+            print(
+                f"{streams} streams, run {run} {name}: {rate:.1f} tok/s, first piece {first * 1000:.0f} ms", flush=True
+            )
+    print(f"\n{streams} streams x {args.tokens} tokens, model {args.model}")
     for name, rows in results.items():
         rates, firsts = [r[0] for r in rows], [r[1] * 1000 for r in rows]
         print(
             f"{name:>8}: {statistics.median(rates):7.1f} tok/s (min {min(rates):.1f}, max {max(rates):.1f}); "
             f"first piece median {statistics.median(firsts):.0f} ms (min {min(firsts):.0f}, max {max(firsts):.0f})"
         )
-    nn.close()
+    ratio = statistics.median(r[0] for r in results["async"]) / statistics.median(r[0] for r in results["threads"])
+    print(f"   async/threads: {ratio:.2f} (medians)\n", flush=True)
 
 
 if __name__ == "__main__":
