@@ -240,14 +240,15 @@ class AsyncSession:
 
     def _end_stream(self, context: InferenceContext) -> None:
         """End the stream without blocking the loop: a job still running is told to end at the worker's
-        next step, and the session computes again (and closes) once the worker has dropped it."""
+        next step, and the session computes again (and closes) once the worker has dropped it.  The
+        output stays what the stream gave (its ``metadata``), until the next computation."""
         feed = context._feed
         if feed is not None:
             loop = asyncio.get_running_loop()
 
             def dropped() -> None:  # on the loop, after a change of the feed
                 if not feed.running and not self._idle.is_set():
-                    context.end_stream()
+                    context._end_feed()  # the job has ended: no wait
                     self._idle.set()
 
             def listener() -> None:  # on the worker's thread
@@ -257,7 +258,7 @@ class AsyncSession:
             if feed.end_soon():
                 self._idle.clear()
                 return
-        context.end_stream()
+        context._end_feed()
 
     def configure(self, config: Mapping[str, Any] | str | bytes) -> None:
         """Change this session's sampling and stop rules (per-context keys)."""
