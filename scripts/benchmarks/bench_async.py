@@ -7,6 +7,8 @@ blocking API, a thread per request, as an asyncio service calls it through ``asy
 Every stream makes ``--tokens`` tokens (``n-predict``, end of generation ignored).  Printed per arm:
 aggregate generated tokens/s (the model's count over the wall time from the common start to the last
 stream's end) and the median time to first piece; medians of ``--runs`` alternated runs, with the spread.
+One untimed run at the largest count of streams first: the model's context grows to that many sequences
+once, outside the figures.
 
 Usage: ``python scripts/benchmarks/bench_async.py --model M.gguf [--streams 1,8,64] [--tokens 64] [--runs 5]``
 (each count of streams in turn, its arms alternated run by run).
@@ -89,7 +91,9 @@ def main() -> None:
     config: dict[str, object] = {"n-predict": args.tokens, "ignore-eos": True}
     with nn.session("default", config) as warm:
         warm.complete("warm up")
-    for streams in [int(n) for n in args.streams.split(",")]:
+    counts = [int(n) for n in args.streams.split(",")]
+    run_threads(nn, config, max(counts))  # untimed: the model's context grows to the most streams once
+    for streams in counts:
         compare(nn, config, streams, args)
     nn.close()
 
