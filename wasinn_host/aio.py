@@ -17,9 +17,8 @@ does (:mod:`~wasinn_host.core.scheduling.stream_feed`): its job samples up to :d
 ahead of the consumer and then pauses, holding no sequence, until the consumer has taken them (a slow
 consumer stalls only its own stream).  The worker wakes the loop once per step for all the streams of
 that loop it gave tokens to (:class:`_LoopWaker`, through one relay thread per process), not once per
-token.  Leaving the ``async for`` early,
-or cancelling the consuming task, ends the stream's job at the worker's next step without blocking the
-loop; the session's next computation starts once it has ended.
+token.  Leaving the ``async for`` early, or cancelling the consuming task, ends the stream's job at the
+worker's next step without blocking the loop; the session's next computation starts once it has ended.
 
 Guests run on a bounded pool of threads of their own (guest code blocks): ``WasiNN(guest_threads=N)``.
 Cancelling a :meth:`~wasinn_host.WasiNN.run_async` interrupts the guest through its Store's epoch
