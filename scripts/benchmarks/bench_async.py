@@ -120,7 +120,12 @@ def compare(nn: WasiNN, config: dict[str, object], streams: int, args: argparse.
             f"first piece median {statistics.median(firsts):.0f} ms (min {min(firsts):.0f}, max {max(firsts):.0f})"
         )
     ratio = statistics.median(r[0] for r in results["async"]) / statistics.median(r[0] for r in results["threads"])
-    print(f"   async/threads: {ratio:.2f} (medians)\n", flush=True)
+    pairs = sorted(a[0] / t[0] for a, t in zip(results["async"], results["threads"]))
+    print(
+        f"   async/threads: {ratio:.2f} (medians); per run pair {', '.join(f'{r:.2f}' for r in pairs)} "
+        f"(median {statistics.median(pairs):.2f})\n",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":
