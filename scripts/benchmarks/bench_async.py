@@ -6,7 +6,8 @@ model).  ``threads``: C threads, each ``with nn.session(...)`` and ``for piece i
 blocking API, a thread per request, as an asyncio service calls it through ``asyncio.to_thread``).
 Every stream makes ``--tokens`` tokens (``n-predict``, end of generation ignored).  Printed per arm:
 aggregate generated tokens/s (the model's count over the wall time from the common start to the last
-stream's end) and the median time to first piece; medians of ``--runs`` alternated runs, with the spread.
+stream's end), the median time to first piece and the process's CPU time per token (all threads:
+steadier than the rate on a busy machine); medians of ``--runs`` alternated runs, with the spread.
 One untimed run at the largest count of streams first: the model's context grows to that many sequences
 once, outside the figures.
 
@@ -101,23 +102,27 @@ def main() -> None:
 def compare(nn: WasiNN, config: dict[str, object], streams: int, args: argparse.Namespace) -> None:
     """The two arms at ``streams`` concurrent streams, alternated; their medians and spread."""
     arms = {"async": run_async, "threads": run_threads}
-    results: dict[str, list[tuple[float, float]]] = {name: [] for name in arms}
+    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in arms}
     for run in range(args.runs):
         for name in list(arms) if run % 2 == 0 else list(reversed(arms)):
-            before = generated(nn)
+            before, cpu = generated(nn), time.process_time()
             wall, firsts = arms[name](nn, config, streams)
-            rate = (generated(nn) - before) / wall
+            made = generated(nn) - before
+            rate, cpu_us = made / wall, (time.process_time() - cpu) / made * 1e6
             first = statistics.median(firsts)
-            results[name].append((rate, first))
+            results[name].append((rate, first, cpu_us))
             print(
-                f"{streams} streams, run {run} {name}: {rate:.1f} tok/s, first piece {first * 1000:.0f} ms", flush=True
+                f"{streams} streams, run {run} {name}: {rate:.1f} tok/s, first piece {first * 1000:.0f} ms, "
+                f"process CPU {cpu_us:.0f} us/token",
+                flush=True,
             )
     print(f"\n{streams} streams x {args.tokens} tokens, model {args.model}")
     for name, rows in results.items():
-        rates, firsts = [r[0] for r in rows], [r[1] * 1000 for r in rows]
+        rates, firsts, cpus = [r[0] for r in rows], [r[1] * 1000 for r in rows], [r[2] for r in rows]
         print(
             f"{name:>8}: {statistics.median(rates):7.1f} tok/s (min {min(rates):.1f}, max {max(rates):.1f}); "
-            f"first piece median {statistics.median(firsts):.0f} ms (min {min(firsts):.0f}, max {max(firsts):.0f})"
+            f"first piece median {statistics.median(firsts):.0f} ms (min {min(firsts):.0f}, max {max(firsts):.0f}); "
+            f"CPU {statistics.median(cpus):.0f} us/token ({min(cpus):.0f}-{max(cpus):.0f})"
         )
     ratio = statistics.median(r[0] for r in results["async"]) / statistics.median(r[0] for r in results["threads"])
     pairs = sorted(a[0] / t[0] for a, t in zip(results["async"], results["threads"]))
