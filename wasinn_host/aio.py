@@ -36,7 +36,19 @@ import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, AsyncGenerator, Awaitable, Callable, Mapping, Protocol, Sequence, Union
+from typing import (
+    Any,
+    AsyncGenerator,
+    Awaitable,
+    Callable,
+    Generator,
+    Mapping,
+    Protocol,
+    Sequence,
+    TypeVar,
+    Union,
+    cast,
+)
 
 import wasmtime
 
@@ -74,6 +86,7 @@ class AsyncHost(Protocol):
 
 
 log = logging.getLogger("wasinn_host")
+_T = TypeVar("_T")
 
 STREAM_QUEUE = LOOKAHEAD
 """Tokens of one stream that may wait for its consumer before its job pauses (the stream feed's lookahead)."""
@@ -171,7 +184,8 @@ class AsyncSession:
         """Generate the whole answer (the end-of-generation piece included), as :meth:`Session.complete`."""
         context = self._local()
         if context is None:
-            return await asyncio.to_thread(self.session.complete, prompt)
+            async with self._turn:
+                return await self._on_thread(self.session.complete, prompt)
         async with self._turn:
             await self._idle.wait()
             context.set_prompt(_bytes(prompt))
@@ -182,7 +196,8 @@ class AsyncSession:
         """The embedding of ``text`` (a model loaded with ``embedding``), as :meth:`Session.embed`."""
         context = self._local()
         if context is None:
-            return await asyncio.to_thread(self.session.embed, text)
+            async with self._turn:
+                return await self._on_thread(self.session.embed, text)
         async with self._turn:
             await self._idle.wait()
             context.set_prompt(_bytes(text))
@@ -197,8 +212,13 @@ class AsyncSession:
         steps, holding no sequence) until it catches up."""
         context = self._local()
         if context is None:
-            async for piece in self._threaded_stream(prompt, max_tokens):
-                yield piece
+            async with self._turn:
+                remote = self._threaded_stream(prompt, max_tokens)
+                try:
+                    async for piece in remote:
+                        yield piece
+                finally:
+                    await remote.aclose()  # now, not when it is collected: the session's next call waits for it
             return
         async with self._turn:
             await self._idle.wait()
@@ -335,20 +355,36 @@ class AsyncSession:
         return result
 
     async def _threaded_stream(self, prompt: str | bytes, max_tokens: int | None) -> AsyncGenerator[bytes, None]:
-        """A remote backend's stream: each step on a thread (its backend has no worker to complete futures)."""
-        iterator = self.session.stream(prompt, max_tokens)
+        """A remote backend's stream: each piece awaited on a thread (its backend has no worker to wake the
+        loop); left early, the blocking stream is closed (on a thread) before this generator ends."""
+        iterator = cast(Generator[bytes, None, None], self.session.stream(prompt, max_tokens))
         done = object()
         try:
             while True:
-                piece = await asyncio.to_thread(next, iterator, done)
+                piece = await self._on_thread(next, iterator, done)
                 if piece is done:
                     return
                 assert isinstance(piece, bytes)
                 yield piece
         finally:
-            close = getattr(iterator, "close", None)
-            if close is not None:
-                await asyncio.to_thread(close)
+            await self._on_thread(iterator.close)
+
+    async def _on_thread(self, call: Callable[..., _T], *args: Any) -> _T:
+        """``call(*args)`` on a thread of the loop's default executor (a remote session's blocking call).
+        Cancelled, the call in flight is cancelled on the server, and the task ends once the thread has
+        returned: the session's next call never overlaps it."""
+        running = asyncio.ensure_future(asyncio.to_thread(call, *args))
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            cancel = getattr(self.session._context, "cancel", None)
+            if cancel is not None:
+                cancel()
+            try:
+                await asyncio.shield(running)
+            except BaseException:
+                pass
+            raise
 
 
 def _bytes(text: str | bytes) -> bytes:
