@@ -222,11 +222,13 @@ class AsyncSession:
             return
         async with self._turn:
             await self._idle.wait()
+            context.set_prompt(_bytes(prompt))
+            limit = self.session._stream_limit(max_tokens)
+            if limit is not None and limit <= 0:
+                return
             wake = asyncio.Event()
             waker = _waker(asyncio.get_running_loop())
             context.stream_listener = lambda: waker.notify(wake)
-            context.set_prompt(_bytes(prompt))
-            limit = self.session._stream_limit(max_tokens)
             produced = 0
             try:
                 context.open_stream()
