@@ -10,9 +10,15 @@ Sessions hold no thread while they wait: a computation is queued on the model's 
 (:meth:`~wasinn_host.core.scheduling.scheduler.ModelWorker.submit_then`), which completes the caller's
 future through its event loop (``loop.call_soon_threadsafe``) when the job ends.  Cancelling the
 awaiting task marks the context cancelled: the worker ends the job, and frees its sequence, at its next
-step, and the session's next computation starts once it has.  A stream's pieces go into a bounded
-queue (:data:`STREAM_QUEUE` pieces); while the consumer is that far behind the worker leaves the
-stream out of its steps (other sequences go on) until it catches up.
+step, and the session's next computation starts once it has.
+
+A stream reads the stream's feed, as the blocking :meth:`Session.stream <wasinn_host.Session.stream>`
+does (:mod:`~wasinn_host.core.scheduling.stream_feed`): its job samples up to :data:`STREAM_QUEUE` tokens
+ahead of the consumer and then pauses, holding no sequence, until the consumer has taken them (a slow
+consumer stalls only its own stream).  The worker wakes the loop once per step for all the streams of
+that loop it gave tokens to (:class:`_LoopWaker`, through one relay thread per process), not once per
+token.  Leaving the ``async for`` early, or cancelling the consuming task, ends the stream's job at the
+worker's next step without blocking the loop; the session's next computation starts once it has ended.
 
 Guests run on a bounded pool of threads of their own (guest code blocks): ``WasiNN(guest_threads=N)``.
 Cancelling a :meth:`~wasinn_host.WasiNN.run_async` interrupts the guest through its Store's epoch
@@ -22,20 +28,34 @@ deadline and cancels its inference, and returns once the guest has ended and its
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
+import queue
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, AsyncGenerator, Awaitable, Callable, Mapping, Protocol, Sequence, Union
+from typing import (
+    Any,
+    AsyncGenerator,
+    Awaitable,
+    Callable,
+    Generator,
+    Mapping,
+    Protocol,
+    Sequence,
+    TypeVar,
+    Union,
+    cast,
+)
 
 import wasmtime
 
 from .core.errors import ErrorKind, WasiNNError
 from .core.generation import GenerationRequest, GenerationResult, StopReason
 from .core.inference import GenerationSteps, InferenceContext
-from .core.scheduling.slot_state import Job
-from .core.utf8_pieces import PieceJoiner
+from .core.scheduling.stream_feed import LOOKAHEAD, Outlook
 from .guest.stdout import PieceSink, python_stdout
 from .launch.guest_load import Guest, ModuleSource
 from .launch.guest_run import RunOptions
@@ -66,9 +86,10 @@ class AsyncHost(Protocol):
 
 
 log = logging.getLogger("wasinn_host")
+_T = TypeVar("_T")
 
-STREAM_QUEUE = 32
-"""Pieces of one stream that may wait for its consumer before the worker stops stepping it."""
+STREAM_QUEUE = LOOKAHEAD
+"""Tokens of one stream that may wait for its consumer before its job pauses (the stream feed's lookahead)."""
 DEFAULT_GUEST_THREADS = 8
 """Guests that :meth:`WasiNN.run_async` runs at once by default (``WasiNN(guest_threads=...)``)."""
 
@@ -79,33 +100,69 @@ Output = Union[AsyncSink, bytearray, None]
 collects it, or None (the destination in ``options``, else the host's)."""
 
 
-class _PieceQueue:
-    """A stream's pieces on their way from the model's worker to the event loop, at most ``bound`` waiting."""
+class _LoopWaker:
+    """Wakes the streams of one event loop that models' workers gave tokens to: the first notice after
+    the loop last ran asks the relay (:func:`_relay`) for one callback on the loop, which sets every
+    stream's event noticed until then.
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, is_end: Callable[[], bool], bound: int) -> None:
+    A worker must not write to the loop's wake-up pipe itself: the write lets go of the GIL, the loop's
+    thread takes it and handles that one token while the worker waits, and the worker's next token wakes
+    the loop again.  The relay's thread instead gets the GIL when the worker lets go of it to call
+    llama.cpp, after handing out the step's tokens, so one callback takes all of them (as the threads of
+    blocking streams wake then, :meth:`.ModelWorker._deliver`)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._is_end = is_end
-        self._bound = bound
-        self._waiting = 0
-        self._lock = threading.Lock()
-        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._ready: collections.deque[asyncio.Event] = collections.deque()
+        self._scheduled = False
 
-    def __call__(self, piece: bytes) -> None:  # worker thread
-        if self._is_end():  # the end-of-generation token's piece: not part of the stream's text
-            return
-        with self._lock:
-            self._waiting += 1
-        self._loop.call_soon_threadsafe(self.queue.put_nowait, piece)
+    def notify(self, event: asyncio.Event) -> None:  # any thread (a model's worker)
+        self._ready.append(event)  # before the check: a callback that has begun drains it
+        if not self._scheduled:
+            self._scheduled = True
+            _relay().put(self)
 
-    def has_room(self) -> bool:  # worker thread
-        return self._waiting < self._bound
+    def post(self) -> None:  # the relay's thread
+        try:
+            self._loop.call_soon_threadsafe(self._wake)
+        except RuntimeError:  # the loop is closed: nobody waits
+            pass
 
-    def flush(self) -> None:
-        """Nothing to wait for: the pieces are delivered on the loop before the job's end is."""
+    def _wake(self) -> None:  # on the loop
+        self._scheduled = False  # before draining: a notice after this asks for the next callback
+        ready = self._ready
+        while ready:
+            ready.popleft().set()
 
-    def taken(self) -> None:
-        with self._lock:
-            self._waiting -= 1
+
+_wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWaker] = weakref.WeakKeyDictionary()
+_relay_queue: queue.SimpleQueue[_LoopWaker] | None = None
+_relay_lock = threading.Lock()
+
+
+def _relay() -> queue.SimpleQueue[_LoopWaker]:
+    """The queue of the process's relay thread (started on first use), which posts wakers' callbacks
+    to their loops: one thread for every loop and stream, none per request."""
+    global _relay_queue
+    with _relay_lock:
+        if _relay_queue is None:
+            relay: queue.SimpleQueue[_LoopWaker] = queue.SimpleQueue()
+
+            def run() -> None:
+                while True:
+                    relay.get().post()
+
+            threading.Thread(target=run, name="wasinn-aio-relay", daemon=True).start()
+            _relay_queue = relay
+        return _relay_queue
+
+
+def _waker(loop: asyncio.AbstractEventLoop) -> _LoopWaker:
+    """The loop's waker (made on the loop's first stream)."""
+    waker = _wakers.get(loop)
+    if waker is None:
+        waker = _wakers[loop] = _LoopWaker(loop)
+    return waker
 
 
 class AsyncSession:
@@ -116,6 +173,7 @@ class AsyncSession:
 
     def __init__(self, session: Session) -> None:
         self.session = session
+        _relay()  # the thread that wakes streams' loops, before any stream
         self._turn = asyncio.Lock()  # one computation at a time, as on one execution context
         self._idle = asyncio.Event()
         self._idle.set()
@@ -126,7 +184,8 @@ class AsyncSession:
         """Generate the whole answer (the end-of-generation piece included), as :meth:`Session.complete`."""
         context = self._local()
         if context is None:
-            return await asyncio.to_thread(self.session.complete, prompt)
+            async with self._turn:
+                return await self._on_thread(self.session.complete, prompt)
         async with self._turn:
             await self._idle.wait()
             context.set_prompt(_bytes(prompt))
@@ -137,7 +196,8 @@ class AsyncSession:
         """The embedding of ``text`` (a model loaded with ``embedding``), as :meth:`Session.embed`."""
         context = self._local()
         if context is None:
-            return await asyncio.to_thread(self.session.embed, text)
+            async with self._turn:
+                return await self._on_thread(self.session.embed, text)
         async with self._turn:
             await self._idle.wait()
             context.set_prompt(_bytes(text))
@@ -146,53 +206,80 @@ class AsyncSession:
 
     async def stream(self, prompt: str | bytes, max_tokens: int | None = None) -> AsyncGenerator[bytes, None]:
         """Yield the generated text as it comes, in whole UTF-8 characters, from at most the session's
-        ``n-predict`` and ``max_tokens`` tokens (the end-of-generation piece is left out, as
-        :meth:`Session.stream` does).  Leaving the loop early, or cancelling the consuming task, ends the
-        sequence at the worker's next step.  While the consumer is :data:`STREAM_QUEUE` pieces behind,
-        the stream waits out of the worker's steps."""
+        ``n-predict`` and ``max_tokens`` tokens: the pieces :meth:`Session.stream` yields.  Leaving the
+        loop early, or cancelling the consuming task, ends the sequence at the worker's next step.  While
+        the consumer is :data:`STREAM_QUEUE` tokens behind, the stream's job pauses (out of the worker's
+        steps, holding no sequence) until it catches up."""
         context = self._local()
         if context is None:
-            async for piece in self._threaded_stream(prompt, max_tokens):
-                yield piece
+            async with self._turn:
+                remote = self._threaded_stream(prompt, max_tokens)
+                try:
+                    async for piece in remote:
+                        yield piece
+                finally:
+                    await remote.aclose()  # now, not when it is collected: the session's next call waits for it
             return
         async with self._turn:
             await self._idle.wait()
-            loop = asyncio.get_running_loop()
-            jobs: list[Job] = []
-            is_eog = context.model.weights.is_eog
-
-            def is_end() -> bool:
-                generated = jobs[-1].result.generated if jobs else []
-                return bool(generated) and is_eog(generated[-1])
-
-            pieces = _PieceQueue(loop, is_end, STREAM_QUEUE)
             context.set_prompt(_bytes(prompt))
-            steps = context.generation(on_piece=pieces, max_tokens=max_tokens)
-            compute = asyncio.ensure_future(self._drive(context, steps, jobs))
-            compute.add_done_callback(lambda _: pieces.queue.put_nowait(None))
-            joiner = PieceJoiner()
+            limit = self.session._stream_limit(max_tokens)
+            if limit is not None and limit <= 0:
+                return
+            wake = asyncio.Event()
+            waker = _waker(asyncio.get_running_loop())
+            context.stream_listener = lambda: waker.notify(wake)
+            produced = 0
             try:
-                while True:
-                    item = await pieces.queue.get()
-                    if item is None:
-                        break
-                    pieces.taken()
-                    text = joiner.push(item)
-                    if text:
-                        yield text
-                result = await compute
-                rest = joiner.push(b"", last=True)
-                if rest:
-                    yield rest
-                if result.stop_reason is StopReason.CONTEXT_FULL:
-                    raise WasiNNError(ErrorKind.CONTEXT_FULL, "the context is full (ctx-size reached)")
+                context.open_stream()
+                while limit is None or produced < limit:
+                    wake.clear()  # before looking: a token put after the look sets it
+                    feed = context._feed
+                    assert feed is not None
+                    running = feed.running  # before the backlog: a job that ended has put all its tokens
+                    if not feed.backlog:
+                        if running:
+                            await wake.wait()
+                            continue
+                        assert feed.final is not None
+                        if feed.final.error is None:
+                            if feed.outlook() is Outlook.PAUSED:
+                                context.open_stream()  # the consumer took every token: the next job
+                                continue
+                            return  # ended without a token
+                    result = context.stream_step()  # a token held, or the job's error: no wait
+                    if result.stop_reason is StopReason.EOS:
+                        return
+                    if result.stop_reason is StopReason.CONTEXT_FULL:
+                        raise WasiNNError(ErrorKind.CONTEXT_FULL, "the context is full (ctx-size reached)")
+                    produced += 1
+                    if context.last_piece:  # empty while a UTF-8 character is incomplete
+                        yield context.last_piece
             finally:
-                if not compute.done():
-                    compute.cancel()  # the consumer left early: the sequence ends at the next step
-                    try:
-                        await compute
-                    except BaseException:
-                        pass
+                context.stream_listener = None
+                self._end_stream(context)
+
+    def _end_stream(self, context: InferenceContext) -> None:
+        """End the stream without blocking the loop: a job still running is told to end at the worker's
+        next step, and the session computes again (and closes) once the worker has dropped it.  The
+        output stays what the stream gave (its ``metadata``), until the next computation."""
+        feed = context._feed
+        if feed is not None:
+            loop = asyncio.get_running_loop()
+
+            def dropped() -> None:  # on the loop, after a change of the feed
+                if not feed.running and not self._idle.is_set():
+                    context._end_feed()  # the job has ended: no wait
+                    self._idle.set()
+
+            def listener() -> None:  # on the worker's thread
+                loop.call_soon_threadsafe(dropped)
+
+            feed.listener = listener  # before end_soon: the job's end calls it
+            if feed.end_soon():
+                self._idle.clear()
+                return
+        context._end_feed()
 
     def configure(self, config: Mapping[str, Any] | str | bytes) -> None:
         """Change this session's sampling and stop rules (per-context keys)."""
@@ -220,14 +307,13 @@ class AsyncSession:
         context = self.session._context
         return context if isinstance(context, InferenceContext) else None
 
-    async def _drive(self, context: InferenceContext, steps: GenerationSteps, jobs: list[Job] | None = None) -> Any:
+    async def _drive(self, context: InferenceContext, steps: GenerationSteps) -> Any:
         """Run ``steps`` with each request queued on the model's worker and awaited; the steps' result."""
-        jobs = [] if jobs is None else jobs
         try:
             request = next(steps)
             while True:
                 try:
-                    result = await self._job(context, request, jobs)
+                    result = await self._job(context, request)
                 except asyncio.CancelledError:
                     steps.close()
                     raise
@@ -235,7 +321,7 @@ class AsyncSession:
         except StopIteration as end:
             return end.value
 
-    async def _job(self, context: InferenceContext, request: GenerationRequest, jobs: list[Job]) -> GenerationResult:
+    async def _job(self, context: InferenceContext, request: GenerationRequest) -> GenerationResult:
         """Queue ``request`` on the model's worker and await its result: the worker's thread completes the
         future through the loop.  Cancelled, the context is marked cancelled until the job has ended (the
         worker drops it at its next step); the session computes again only after that."""
@@ -258,7 +344,6 @@ class AsyncSession:
             loop.call_soon_threadsafe(ended)
 
         job = worker.submit_then(request, state, on_done)
-        jobs.append(job)
         try:
             result = await future
         except asyncio.CancelledError:
@@ -272,20 +357,36 @@ class AsyncSession:
         return result
 
     async def _threaded_stream(self, prompt: str | bytes, max_tokens: int | None) -> AsyncGenerator[bytes, None]:
-        """A remote backend's stream: each step on a thread (its backend has no worker to complete futures)."""
-        iterator = self.session.stream(prompt, max_tokens)
+        """A remote backend's stream: each piece awaited on a thread (its backend has no worker to wake the
+        loop); left early, the blocking stream is closed (on a thread) before this generator ends."""
+        iterator = cast(Generator[bytes, None, None], self.session.stream(prompt, max_tokens))
         done = object()
         try:
             while True:
-                piece = await asyncio.to_thread(next, iterator, done)
+                piece = await self._on_thread(next, iterator, done)
                 if piece is done:
                     return
                 assert isinstance(piece, bytes)
                 yield piece
         finally:
-            close = getattr(iterator, "close", None)
-            if close is not None:
-                await asyncio.to_thread(close)
+            await self._on_thread(iterator.close)
+
+    async def _on_thread(self, call: Callable[..., _T], *args: Any) -> _T:
+        """``call(*args)`` on a thread of the loop's default executor (a remote session's blocking call).
+        Cancelled, the call in flight is cancelled on the server, and the task ends once the thread has
+        returned: the session's next call never overlaps it."""
+        running = asyncio.ensure_future(asyncio.to_thread(call, *args))
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            cancel = getattr(self.session._context, "cancel", None)
+            if cancel is not None:
+                cancel()
+            try:
+                await asyncio.shield(running)
+            except BaseException:
+                pass
+            raise
 
 
 def _bytes(text: str | bytes) -> bytes:

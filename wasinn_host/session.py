@@ -99,8 +99,7 @@ class Session:
         character adds its bytes to the next piece), from at most the session's ``n-predict`` and
         ``max_tokens`` tokens."""
         self._context.set_prompt(prompt.encode() if isinstance(prompt, str) else prompt)
-        limits = [n for n in (max_tokens, self._n_predict if self._n_predict >= 0 else None) if n is not None]
-        limit = min(limits) if limits else None
+        limit = self._stream_limit(max_tokens)
         produced = 0
         try:
             while limit is None or produced < limit:
@@ -114,6 +113,11 @@ class Session:
                     yield self._context.last_piece
         finally:
             self._context.end_stream()
+
+    def _stream_limit(self, max_tokens: int | None) -> int | None:
+        """The tokens a stream makes at most: the lower of ``max_tokens`` and ``n-predict`` (None: no limit)."""
+        limits = [n for n in (max_tokens, self._n_predict if self._n_predict >= 0 else None) if n is not None]
+        return min(limits) if limits else None
 
     @property
     def metadata(self) -> dict[str, Any]:

@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 
 from wasinn_host import ModelRegistry, RunOptions, WasiNN, aio
+from wasinn_host.core.generation import StopReason
 from wasinn_host.core.scheduling.scheduler import ModelWorker
+from wasinn_host.core.scheduling.stream_feed import Outlook, StreamFeed
 from wasinn_host.testing.gguf_models import successor_text
 from wasinn_host.testing.guest_runs import GUESTS
 
@@ -137,63 +139,169 @@ def test_a_cancelled_complete_ends_its_job_and_the_session_computes_again(
     assert (busy, active) == (0, 0)
 
 
-def test_leaving_a_stream_early_ends_its_sequence(own_nn: WasiNN, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Breaking out of ``async for`` after one piece (a queue of one piece, so the job cannot run ahead):
-    the stream's job ends at the worker's next step, having generated at most 3 of its 25 tokens, and the
-    session answers its next complete right."""
-    monkeypatch.setattr(aio, "STREAM_QUEUE", 1)
+def gate_steps(worker: ModelWorker, monkeypatch: pytest.MonkeyPatch) -> threading.Semaphore:
+    """Make each of the worker's steps wait for a permit from the returned semaphore."""
+    permits = threading.Semaphore(0)
+    step = worker._step
 
-    async def main() -> tuple[bytes, int, str, int]:
+    def gated() -> None:
+        permits.acquire()
+        step()
+
+    monkeypatch.setattr(worker, "_step", gated)
+    return permits
+
+
+def stream_feeds(worker: ModelWorker, monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, StreamFeed]]:
+    """The (context state, feed) of each stream job started on ``worker`` from now on, in order."""
+    feeds: list[tuple[Any, StreamFeed]] = []
+    start = worker.start_stream
+
+    def recorded(request: Any, state: Any, feed: StreamFeed) -> None:
+        feeds.append((state, feed))
+        start(request, state, feed)
+
+    monkeypatch.setattr(worker, "start_stream", recorded)
+    return feeds
+
+
+@pytest.mark.parametrize("how", ["aclose", "cancel"])
+def test_leaving_a_stream_early_ends_its_job_at_the_next_step(
+    own_nn: WasiNN, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """The endless stream of "0", its worker let through one step at a time: once the consumer has its
+    first piece it leaves (``aclose``, what breaking out of ``async for`` does) or its task is cancelled
+    while it waits for the next piece.  The stream's job then makes at most the token of the step under
+    way, ends with STREAM_ENDED, and leaves no active job, busy sequence, context reference or thread;
+    the session answers its next complete right."""
+
+    async def main() -> dict[str, Any]:
+        keeper = own_nn.session("succ")  # the model stays loaded; its references without the async session
+        (model,) = own_nn.registry.loaded()
+        refs = model.refs
         async with own_nn.session_async("succ") as s:
-            assert await s.complete("xy") == expected("xy")  # the model is loaded
+            assert await s.complete("xy") == expected("xy")
             worker = worker_of(own_nn)
+            threads = threading.active_count()
+            feeds = stream_feeds(worker, monkeypatch)
+            permits = gate_steps(worker, monkeypatch)
             generated = worker.generated_tokens
-            stream = s.stream("a")  # an async generator
-            first = await stream.__anext__()
-            await stream.aclose()  # what leaving an ``async for`` early does
-            await until(lambda: worker.active == 0, "the stream's job to end")
-            made = worker.generated_tokens - generated
-            return first, made, await s.complete("u"), worker.busy_sequences
+            stream = s.stream("0")
+            first = asyncio.ensure_future(stream.__anext__())
+            while not first.done():
+                permits.release()
+                await asyncio.sleep(0.005)
+            out: dict[str, Any] = {"first": first.result()}
+            if how == "aclose":
+                await stream.aclose()
+            else:
 
-    first, made, answer, busy = asyncio.run(main())
-    assert first == b"b"
-    assert made <= 3
-    assert answer == expected("u")
-    assert busy == 0
+                async def consume() -> None:
+                    async for _ in stream:
+                        pass
+
+                task = asyncio.ensure_future(consume())
+                await asyncio.sleep(0)  # the task waits for the next piece
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            made_at_leave = worker.generated_tokens - generated
+            for _ in range(1000):  # the worker may step freely from now on
+                permits.release()
+            await until(lambda: worker.active == 0 and not feeds[-1][1].running, "the stream's job to end")
+            out["extra"] = worker.generated_tokens - generated - made_at_leave
+            out["feeds"] = [feed for _, feed in feeds]
+            out["left"] = (worker.active, worker.busy_sequences, worker.queued)
+            out["answer"] = await s.complete("u")
+        out["refs"] = model.refs - refs
+        out["threads"] = threading.active_count() - threads
+        keeper.close()
+        return out
+
+    got = asyncio.run(main())
+    assert got["first"] == b"1"
+    assert got["extra"] <= 1  # the token of the step under way, at most
+    assert len(got["feeds"]) == 1 and got["feeds"][0].final.stop_reason is StopReason.STREAM_ENDED
+    assert got["left"] == (0, 0, 0)
+    assert got["answer"] == expected("u")
+    assert got["refs"] == 0  # the session's graph and context gave back their references to the model
+    assert got["threads"] == 0
 
 
 def test_a_slow_stream_consumer_stalls_only_its_own_stream(own_nn: WasiNN, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A consumer that stops reading: its stream's queue fills to STREAM_QUEUE pieces and the worker then
-    leaves it out of its steps (it makes no more pieces) while another session's complete runs all its
-    steps; read again, the stream gives its whole text."""
-    monkeypatch.setattr(aio, "STREAM_QUEUE", 4)
-    queues: list[Any] = []
+    """A consumer that takes one piece and stops reading: its stream's job runs STREAM_QUEUE tokens ahead
+    of it and pauses (no sequence busy for it); while it waits, four other streams run to their end and
+    its job makes nothing; read
+    again, it resumes where it was and gives the text the blocking stream gives."""
 
-    class Recorded(aio._PieceQueue):
-        def __init__(self, *args: Any) -> None:
-            super().__init__(*args)
-            queues.append(self)
-
-    monkeypatch.setattr(aio, "_PieceQueue", Recorded)
-
-    async def main() -> tuple[list[bytes], int, str, int]:
-        slow = await own_nn.session_async("succ")
-        fast = await own_nn.session_async("succ")
-        stream = slow.stream("a")
+    async def main() -> dict[str, Any]:
+        slow = await own_nn.session_async("succ", {"n-predict": 40})
+        others = [await own_nn.session_async("succ") for _ in range(4)]
+        worker = worker_of(own_nn)
+        feeds = stream_feeds(worker, monkeypatch)
+        stream = slow.stream("0")
         pieces = [await stream.__anext__()]
-        await until(lambda: bool(queues) and queues[0]._waiting == 4, "the slow stream's queue to fill")
-        answer = await fast.complete("mnop")
-        waiting_after = queues[0]._waiting
+        state, feed = feeds[0]
+        await until(lambda: not feed.running, "the slow stream's job to pause")
+        paused = (feed.backlog, feed.outlook(), worker.busy_sequences)
+        texts = await asyncio.gather(*(collect(s, p) for s, p in zip(others, ("a", "b", "hello", "mnop"))))
+        after = ([f for s, f in feeds if s is state], feed.backlog)
         pieces += [piece async for piece in stream]
-        await slow.close()
-        await fast.close()
-        return pieces, waiting_after, answer, worker_of(own_nn).busy_sequences
+        jobs = len([f for s, f in feeds if s is state])
+        for session in (slow, *others):
+            await session.close()
+        return {"paused": paused, "texts": texts, "after": after, "pieces": pieces, "jobs": jobs, "feed": feed}
 
-    pieces, waiting_after, answer, busy = asyncio.run(main())
-    assert answer == expected("mnop")
-    assert waiting_after == 4  # no piece was made for it while the other computed
-    assert b"".join(pieces).decode() == successor_text("a")
-    assert busy == 0
+    got = asyncio.run(main())
+    backlog, outlook, busy = got["paused"]
+    # the job paused with STREAM_QUEUE tokens not taken (one fewer if it paused before the first was taken)
+    assert aio.STREAM_QUEUE - 1 <= backlog <= aio.STREAM_QUEUE
+    assert (outlook, busy) == (Outlook.PAUSED, 0)
+    assert got["texts"] == [successor_text(p).encode() for p in ("a", "b", "hello", "mnop")]
+    assert got["after"] == ([got["feed"]], backlog)  # nothing made for the slow stream meanwhile
+    with own_nn.session("succ", {"n-predict": 40}) as blocking:
+        assert got["pieces"] == list(blocking.stream("0"))
+    assert b"".join(got["pieces"]) == successor_text("0", 40).encode()
+    assert got["jobs"] > 1  # the slow stream's job started again once it had caught up
+    assert worker_of(own_nn).busy_sequences == 0
+
+
+async def collect(session: aio.AsyncSession, prompt: str) -> bytes:
+    return b"".join([piece async for piece in session.stream(prompt)])
+
+
+def test_concurrent_async_streams_match_the_blocking_streams_with_a_wake_up_per_step(
+    own_nn: WasiNN, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight streams on one loop at once give the texts the blocking streams give, with no thread per
+    stream, and the workers wake the loop for a step's tokens of all eight at once: far fewer wake-ups
+    than tokens."""
+    wakes = [0]
+    wake = aio._LoopWaker._wake
+
+    def counted(self: aio._LoopWaker) -> None:
+        wakes[0] += 1
+        wake(self)
+
+    monkeypatch.setattr(aio._LoopWaker, "_wake", counted)
+    prompts = ["a", "b", "c", "d", "hello", "mnop", "0", "5"]
+
+    async def main() -> tuple[list[bytes], int, int, int]:
+        sessions = [await own_nn.session_async("succ", {"n-predict": 20}) for _ in prompts]
+        worker = worker_of(own_nn)
+        threads, generated = threading.active_count(), worker.generated_tokens
+        texts = await asyncio.gather(*(collect(s, p) for s, p in zip(sessions, prompts)))
+        threads_after, tokens = threading.active_count(), worker.generated_tokens - generated
+        for session in sessions:
+            await session.close()
+        return texts, threads, threads_after, tokens
+
+    texts, threads, threads_after, tokens = asyncio.run(main())
+    with own_nn.session("succ", {"n-predict": 20}) as blocking:
+        assert texts == [b"".join(blocking.stream(p)) for p in prompts]
+    assert texts[0] == successor_text("a", 20).encode()
+    assert threads_after == threads
+    assert wakes[0] * 2 < tokens, (wakes[0], tokens)
 
 
 def test_run_async_collects_output_and_sends_it_to_callbacks(own_nn: WasiNN) -> None:

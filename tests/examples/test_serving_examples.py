@@ -190,7 +190,7 @@ def test_uvicorn_answers_64_concurrent_streams(module: str, server_env: dict[str
             assert (text, others) == (successor_text(prompt) + "\n", [("end", 0)])
         else:
             assert text == successor_text(prompt) and others[0][0] == "end"
-    assert status["performance"]["requests"] == 64
+    assert status["performance"]["requests"] >= 64  # more when a stream's client fell behind (its job paused)
     assert status["models"][0]["sequences_in_use"] == 0
 
 
@@ -235,5 +235,5 @@ def test_the_server_rss_stays_flat_over_1000_requests(server_env: dict[str, str]
         requests = server.status()["performance"]["requests"]
     finally:
         server.stop()
-    assert requests == 63 * 16
+    assert requests >= 63 * 16  # a stream whose client fell 16 tokens behind goes on in a job of its own
     assert end - warm < 8 << 20, f"RSS grew {(end - warm) / 2**20:.1f} MiB over 800 requests"

@@ -4,6 +4,7 @@ security are in test_rpc_security.py, the commands and scale-out in test_rpc_com
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import pathlib
 import subprocess
@@ -322,6 +323,29 @@ def test_session_over_rpc(remote: WasiNN) -> None:
     with pytest.raises(WasiNNError) as info:
         remote.session("nope")
     assert info.value.kind is ErrorKind.NOT_FOUND
+
+
+def test_async_session_over_rpc(remote: WasiNN, registry: ModelRegistry) -> None:
+    """session_async over RPC (each call on a thread of the loop's executor): complete and stream answer
+    as the blocking session does; leaving a stream after two of its five pieces ends it on the server (no
+    sequence busy there; the session's next complete answers right)."""
+
+    async def main() -> tuple[str, list[bytes], list[bytes], str]:
+        async with remote.session_async("succ", {"n-predict": 5}) as s:
+            text = await s.complete("abc")
+            pieces = [piece async for piece in s.stream("abc")]
+            stream = s.stream("0")
+            early = [await stream.__anext__(), await stream.__anext__()]
+            await stream.aclose()
+            return text, pieces, early, await s.complete("x")
+
+    text, pieces, early, after = asyncio.run(main())
+    with remote.session("succ", {"n-predict": 5}) as blocking:
+        assert text == blocking.complete("abc") == "defgh"
+        assert pieces == list(blocking.stream("abc"))
+    assert early == [b"1", b"2"]
+    assert after == "yz</s>"
+    assert [model.worker.busy_sequences for model in registry.loaded()] == [0]
 
 
 def test_eight_instances_over_rpc(remote: WasiNN, capfd: pytest.CaptureFixture[str]) -> None:

@@ -17,7 +17,8 @@ yet.  The tokens, and the sampler's history that makes them, are the ones the on
   without polling; the server peeks the tokens (:meth:`StreamFeed.peek`), sends their pieces, and takes
   them once the client reports its guest took them.
 - The guest ends the stream early (``fini_single``, a new input, a compute, a close) with
-  :meth:`StreamFeed.end`: the worker drops the job at its next step and the call returns when it has;
+  :meth:`StreamFeed.end`: the worker drops the job at its next step and the call returns when it has
+  (an asyncio stream, :mod:`wasinn_host.aio`, uses :meth:`StreamFeed.end_soon` and its listener instead);
   the tokens sampled past what the guest saw are forgotten (their KV cells are trimmed by the next
   request's prefix match, as any other unshared suffix is).
 """
@@ -230,6 +231,14 @@ class StreamFeed:
                     return
                 self._waiters += 1
             self._wait()
+
+    def end_soon(self) -> bool:
+        """:meth:`end` without waiting (a caller on an event loop): the worker drops the job at its next
+        step and then calls the ``listener``; whether the job still runs."""
+        with self._lock:
+            self.ended = True
+            self._items.clear()
+            return self.running
 
     @property
     def backlog(self) -> int:
