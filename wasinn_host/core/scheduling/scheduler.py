@@ -229,7 +229,7 @@ class ModelWorker:
         self._deliveries: list[tuple[StreamFeed, GenerationResult | tuple[GenerationResult]]] = []
         """Streams' tokens and ends not handed to their feeds yet (:meth:`_deliver`)."""
         self._guests_back = GuestsBack()
-        self._await_guests = not spare_core(context) and not __import__("os").environ.get("EXP_NOWAIT")
+        self._await_guests = not spare_core(context)
         self.guests_awaited = 0
         """Streaming guests the worker waited for before a decode (:meth:`_deliver`)."""
         """Wait for the streaming guests woken before a decode to come back first (:meth:`_deliver`):
