@@ -66,7 +66,7 @@ from .speculation import MAX_SPECULATIVE_BATCH
 from .step_clock import StepClock
 from .step_cost import Pass, StepCost, attended, pass_shapes
 from .stop_rules import cut_at_stop
-from .stream_feed import GuestsBack, StreamFeed
+from .stream_feed import LATE_AFTER, GuestsBack, StreamFeed
 
 __all__ = [
     "MAX_SPECULATIVE_BATCH",
@@ -964,7 +964,7 @@ class ModelWorker:
         With ``await_guests`` (llama.cpp's threads take every core: :attr:`_await_guests`), the worker
         then waits for the guests it woke to come back for their next token (:class:`.GuestsBack`), at
         most :func:`guests_deadline`, so that they run before the decode instead of beside it.  A guest
-        that misses the deadline is not waited for again."""
+        that misses the deadline :data:`~.stream_feed.LATE_AFTER` times in a row is not waited for again."""
         deliveries, self._deliveries = self._deliveries, []
         woken: dict[int, StreamFeed] = {}
         if await_guests:
@@ -990,10 +990,17 @@ class ModelWorker:
                 feed.close(item[0])
         if woken and not back.wait(guests_deadline(len(woken))):
             for feed in woken.values():
-                if feed.comeback is not None:
-                    feed.comeback = None
+                if feed.comeback is None:
+                    feed.misses = 0
+                    continue
+                feed.comeback = None
+                feed.misses += 1
+                if feed.misses >= LATE_AFTER:
                     feed.late = True
                     self.late_guests += 1
+        elif woken:
+            for feed in woken.values():
+                feed.misses = 0
 
     def _sample_token(self, job: Job) -> tuple[int, bytes]:
         """Sample one token, record it (and its alternatives with ``n-probs``), return it and its bytes."""

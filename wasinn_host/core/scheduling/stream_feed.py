@@ -48,6 +48,11 @@ class Outlook(str, enum.Enum):
     """The stream ends after the tokens held (end of generation, a full context, an error)."""
 
 
+LATE_AFTER = 3
+"""Deadlines in a row a streaming guest may miss before the worker stops waiting for it (a guest starting
+up, or sharing the cores with others just then, misses one now and then)."""
+
+
 class GuestsBack:
     """The guests a delivery woke, counted down as each comes back for its next token.
 
@@ -113,6 +118,7 @@ class StreamFeed:
         "listener",
         "comeback",
         "late",
+        "misses",
     )
 
     def __init__(self, lookahead: int = LOOKAHEAD, listener: Callable[[], None] | None = None) -> None:
@@ -135,7 +141,9 @@ class StreamFeed:
         self.comeback: GuestsBack | None = None
         """Told when the guest next asks for a token or ends the stream (set by the worker as it wakes it)."""
         self.late = False
-        """The guest did not come back by the worker's deadline once: the worker no longer waits for it."""
+        """The guest missed the worker's deadline :data:`LATE_AFTER` times in a row: no longer waited for."""
+        self.misses = 0
+        """Deadlines the guest missed in a row (worker only)."""
 
     def _changed(self) -> int:
         """The threads to wake after a change (holding ``_lock``)."""
