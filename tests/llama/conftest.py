@@ -74,3 +74,11 @@ def big_vocab_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaM
     model = LlamaModel(path, ModelParams(threads=2))
     yield model
     model.close()
+
+
+@pytest.fixture
+def successor_host(successor_path: pathlib.Path) -> Iterator[WasiNN]:
+    """A host of its own serving the random-weight successor model as ``succ``."""
+    registry = ModelRegistry([f"succ:GGML:AUTO:{successor_path.parent / 'successor-random.gguf'}"])
+    yield WasiNN(registry=registry)
+    registry.close()

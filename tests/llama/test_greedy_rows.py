@@ -5,15 +5,13 @@ the same batches draws what it draws alone (its rows drawn as arrays: ``test_row
 
 from __future__ import annotations
 
-import pathlib
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
-from wasinn_host import ModelRegistry, WasiNN
+from wasinn_host import WasiNN
 from wasinn_host.core.config.params import ModelParams, SamplingParams
 from wasinn_host.core.runtime import KvLayout
 from wasinn_host.llama.bindings import llama_cpp
@@ -21,6 +19,8 @@ from wasinn_host.llama.context import LlamaContext
 from wasinn_host.llama.model import LlamaModel
 from wasinn_host.llama.runtime import LlamaRuntime
 from wasinn_host.testing.gguf_models import write_random_model
+
+from .sessions import complete_together
 
 N_SEQ = 8
 
@@ -74,39 +74,13 @@ def test_one_argmax_over_the_rows_is_the_per_row_greedy_choice(random_model: Lla
         context.close()
 
 
-@pytest.fixture
-def host(successor_path: pathlib.Path) -> Iterator[WasiNN]:
-    registry = ModelRegistry([f"succ:GGML:AUTO:{successor_path.parent / 'successor-random.gguf'}"])
-    yield WasiNN(registry=registry)
-    registry.close()
-
-
-def complete(nn: WasiNN, jobs: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    """Each (prompt, config) completed by its own session, all started at one moment."""
-    texts = [""] * len(jobs)
-    barrier = threading.Barrier(len(jobs))
-
-    def run(i: int) -> None:
-        prompt, config = jobs[i]
-        with nn.session("succ", {"ctx-size": 256, "n-predict": 24, "ignore-eos": True, **config}) as session:
-            barrier.wait()
-            texts[i] = session.complete(prompt)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return texts
-
-
-def test_greedy_guests_together_answer_as_alone_and_a_seeded_one_draws_its_own(host: WasiNN) -> None:
+def test_greedy_guests_together_answer_as_alone_and_a_seeded_one_draws_its_own(successor_host: WasiNN) -> None:
     greedy: dict[str, Any] = {"temp": 0}
     seeded: dict[str, Any] = {"temp": 0.9, "seed": 42, "top-k": 0, "top-p": 1.0, "min-p": 0.0}
     jobs = [(letter, greedy) for letter in "abcdefg"] + [("k", seeded)]
-    alone = [complete(host, [job])[0] for job in jobs]
-    (model,) = host.registry.loaded()
+    alone = [complete_together(successor_host, [job])[0] for job in jobs]
+    (model,) = successor_host.registry.loaded()
     before = model.worker.rows_sampled_together
-    assert complete(host, jobs) == alone
+    assert complete_together(successor_host, jobs) == alone
     assert model.worker.rows_sampled_together - before >= 7 * 24, "the greedy rows were sampled together"
     assert len(set(alone[:7])) == 7 and alone[7], alone

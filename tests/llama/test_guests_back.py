@@ -5,22 +5,13 @@ decode); with a core to spare it does not wait; the texts are those of a compute
 from __future__ import annotations
 
 import os
-import pathlib
 import threading
-from collections.abc import Iterator
 
 import pytest
 
-from wasinn_host import ModelRegistry, WasiNN
+from wasinn_host import WasiNN
 
 STREAMS = 4
-
-
-@pytest.fixture
-def host(successor_path: pathlib.Path) -> Iterator[WasiNN]:
-    registry = ModelRegistry([f"succ:GGML:AUTO:{successor_path.parent / 'successor-random.gguf'}"])
-    yield WasiNN(registry=registry)
-    registry.close()
 
 
 def streamed(nn: WasiNN, threads: int) -> tuple[list[str], list[str], dict[str, int]]:
@@ -48,14 +39,14 @@ def streamed(nn: WasiNN, threads: int) -> tuple[list[str], list[str], dict[str, 
     return texts, alone, {key: model[key] for key in ("guests_awaited", "late_guests")}
 
 
-def test_with_every_core_decoding_the_worker_waits_for_the_streaming_guests(host: WasiNN) -> None:
-    texts, alone, counters = streamed(host, len(os.sched_getaffinity(0)))
+def test_with_every_core_decoding_the_worker_waits_for_the_streaming_guests(successor_host: WasiNN) -> None:
+    texts, alone, counters = streamed(successor_host, len(os.sched_getaffinity(0)))
     assert texts == alone and len(set(texts)) == STREAMS
     assert counters["guests_awaited"] > 0
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a core to spare needs two cores")
-def test_with_a_core_to_spare_the_guests_run_beside_the_decode(host: WasiNN) -> None:
-    texts, alone, counters = streamed(host, 1)
+def test_with_a_core_to_spare_the_guests_run_beside_the_decode(successor_host: WasiNN) -> None:
+    texts, alone, counters = streamed(successor_host, 1)
     assert texts == alone and len(set(texts)) == STREAMS
     assert counters == {"guests_awaited": 0, "late_guests": 0}

@@ -7,15 +7,13 @@ each does alone and as the chain makes them, and the status shows their rows wen
 from __future__ import annotations
 
 import ctypes
-import pathlib
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
-from wasinn_host import ModelRegistry, WasiNN
+from wasinn_host import WasiNN
 from wasinn_host.core.config.params import ModelParams, SamplingParams
 from wasinn_host.core.runtime import KvLayout
 from wasinn_host.llama import batch_sampling
@@ -25,6 +23,8 @@ from wasinn_host.llama.context import LlamaContext, logits_rows
 from wasinn_host.llama.model import LlamaModel
 from wasinn_host.llama.runtime import LlamaRuntime
 from wasinn_host.testing.gguf_models import write_random_model
+
+from .sessions import complete_together
 
 N_SEQ = 8
 STEPS = 64
@@ -161,33 +161,9 @@ def test_chains_the_arrays_do_not_cover_stay_on_llama_cpp(model: LlamaModel) -> 
             sampler.close()
 
 
-@pytest.fixture
-def host(successor_path: pathlib.Path) -> Iterator[WasiNN]:
-    registry = ModelRegistry([f"succ:GGML:AUTO:{successor_path.parent / 'successor-random.gguf'}"])
-    yield WasiNN(registry=registry)
-    registry.close()
-
-
-def complete(nn: WasiNN, jobs: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    """Each (prompt, config) completed by its own session, all started at one moment."""
-    texts = [""] * len(jobs)
-    barrier = threading.Barrier(len(jobs))
-
-    def run(i: int) -> None:
-        prompt, config = jobs[i]
-        with nn.session("succ", {"ctx-size": 256, "n-predict": 24, "ignore-eos": True, **config}) as session:
-            barrier.wait()
-            texts[i] = session.complete(prompt)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return texts
-
-
-def test_seeded_guests_together_answer_as_alone_and_as_the_chain(host: WasiNN, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_seeded_guests_together_answer_as_alone_and_as_the_chain(
+    successor_host: WasiNN, monkeypatch: pytest.MonkeyPatch
+) -> None:
     jobs: list[tuple[str, dict[str, Any]]] = [
         ("a", {"temp": 0.9, "seed": 42}),
         ("b", {"temp": 0.9, "seed": 43}),
@@ -197,16 +173,16 @@ def test_seeded_guests_together_answer_as_alone_and_as_the_chain(host: WasiNN, m
         ("g", {"temp": 1.0, "seed": 8, "repeat-penalty": 1.4, "presence-penalty": 0.3}),
         ("f", {"temp": 0}),
     ]
-    alone = [complete(host, [job])[0] for job in jobs]
-    (model,) = host.registry.loaded()
+    alone = [complete_together(successor_host, [job])[0] for job in jobs]
+    (model,) = successor_host.registry.loaded()
     before = model.worker.rows_drawn_together
-    assert complete(host, jobs) == alone
+    assert complete_together(successor_host, jobs) == alone
     assert model.worker.rows_drawn_together - before >= 6 * 24, "the seeded rows were drawn together"
-    assert host.status()["models"][0]["rows_drawn_together"] == model.worker.rows_drawn_together
+    assert successor_host.status()["models"][0]["rows_drawn_together"] == model.worker.rows_drawn_together
     monkeypatch.setattr(
         host_sampler, "draw_kind", lambda params, n_vocab, n_ctx_seq: None
     )  # llama.cpp's chain, row by row
-    by_chain = [complete(host, [job])[0] for job in jobs]
+    by_chain = [complete_together(successor_host, [job])[0] for job in jobs]
     assert by_chain == alone
     assert len(set(alone)) == len(alone), alone
 
