@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -94,6 +95,11 @@ def test_committed_component_guests_match_a_fresh_build() -> None:
 
 def test_timeout_stops_a_runaway_component_and_frees_its_context(tmp_path: pathlib.Path) -> None:
     probe = GUESTS / "components" / "nn_probe.wasm"
+    # the demo model is F16: on an AMX machine its first load probes llama.cpp's CPU layouts (a second or
+    # two, once per cache); `wasinn info` leaves the verdict in this cache so the 0.5 s go to the guest
+    info = [sys.executable, "-m", "wasinn_host", "info"]
+    cache = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    assert subprocess.run(info, env=cache, capture_output=True, timeout=300, check=False).returncode == 0
     result = wasinn_run(tmp_path, "--timeout", "0.5", "--status", str(probe), "name", "default", "ctx", "spin")
     assert (result.returncode, result.stdout) == (134, "graph ok\nctx ok\n")
     assert "wasinn: error: the guest trapped: stopped by --timeout 0.5s" in result.stderr

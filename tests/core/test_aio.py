@@ -114,9 +114,9 @@ def test_async_embed_matches_the_blocking_embed(model_dir: pathlib.Path) -> None
 def test_a_cancelled_complete_ends_its_job_and_the_session_computes_again(
     own_nn: WasiNN, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A complete cancelled while its job waits in the worker: the job ends (cancelled) when the worker
-    next looks at it, before generating any of its 25 tokens, no sequence stays busy, and the session's
-    next complete answers right (its 2 tokens the only ones generated after the cancel)."""
+    """A complete cancelled while its job waits in the worker: the job ends (cancelled) at the worker's
+    next step, having generated at most one of its 25 tokens (the cancel reaches the worker's thread while
+    it may be taking that step), no sequence stays busy, and the session's next complete answers right."""
 
     async def main() -> tuple[str, int, int, int]:
         async with own_nn.session_async("succ") as s:
@@ -135,7 +135,7 @@ def test_a_cancelled_complete_ends_its_job_and_the_session_computes_again(
 
     again, generated, busy, active = asyncio.run(main())
     assert again == expected("xy")
-    assert generated == 2  # "z", "</s>": the cancelled job made none
+    assert generated in (2, 3)  # "z", "</s>", and at most one token of the cancelled job
     assert (busy, active) == (0, 0)
 
 

@@ -136,9 +136,10 @@ def test_outcomes_name_the_signal_or_the_last_line() -> None:
     assert child_outcome(1, "") == "failed (exit status 1)"
 
 
-def test_only_quantized_weights_need_the_probe() -> None:
+def test_quantized_weights_and_f16_beside_amx_need_the_probe() -> None:
     assert not cpu_probe.needs_probe(frozenset({0}))  # F32 only: no extra layout holds it
-    assert cpu_probe.needs_probe(frozenset({0, 1}))  # F16 (the demo and random models): AMX holds it
+    assert cpu_probe.needs_probe(frozenset({0, 1}), ["AMX", "CPU_REPACK"])  # F16 (the demo and random models)
+    assert not cpu_probe.needs_probe(frozenset({0, 1}), ["CPU_REPACK"])  # ... which only AMX's layout holds
     assert cpu_probe.needs_probe(frozenset({0, 3}))  # Q4_1 (SmolLM2)
     assert cpu_probe.needs_probe(frozenset({0, 12, 14}))  # Q4_K, Q6_K (Gemma 3 Q4_K_M)
 

@@ -21,7 +21,8 @@ processes:
    and one log line says what and why (a warning when the probe has just run, info when read back).
 
 ``WASINN_AMX`` forces the choice: ``off`` turns the AMX layout off without probing, ``on`` keeps every layout
-without probing, ``auto`` (the default) probes.  Models whose weights are all F32 never need the probe.
+without probing, ``auto`` (the default) probes.  Models whose weights are all F32 never need the probe, nor
+F16 and BF16 ones where the build has no AMX layout.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ PROBE_TIMEOUT_S = 120
 PROBE_TOKENS = 32
 MIN_COSINE = 0.99
 """How alike the last row's logits must be, with and without the extra layouts (same quantized weights)."""
-F32_TYPES = frozenset({0})  # GGML_TYPE_F32: no extra layout holds it (AMX holds F16 and BF16 too)
+F32_TYPES = frozenset({0})  # GGML_TYPE_F32: no extra layout holds it
+FLOAT_TYPES = frozenset({1, 30})  # GGML_TYPE_F16, BF16: only AMX's layout holds them
 
 
 @dataclass(frozen=True)
@@ -245,9 +247,16 @@ def _decide_now(runner: Runner) -> Verdict:
     return verdict
 
 
-def needs_probe(weight_types: frozenset[int]) -> bool:
-    """Whether weights of these ggml types can go into an extra CPU layout (all but F32 can)."""
-    return bool(weight_types - F32_TYPES)
+def needs_probe(weight_types: frozenset[int], layouts: list[str] | None = None) -> bool:
+    """Whether weights of these ggml types can go into one of the extra CPU ``layouts`` (default: the build's):
+    quantized weights into any, F16 and BF16 only into AMX's."""
+    if weight_types - F32_TYPES - FLOAT_TYPES:
+        return True
+    if not weight_types & FLOAT_TYPES:
+        return False
+    from . import cpu_buffers
+
+    return "AMX" in (cpu_buffers.available() if layouts is None else layouts)
 
 
 def prepare(weight_types: frozenset[int]) -> None:
