@@ -7,15 +7,19 @@ from typing import Any
 
 from wasinn_host import WasiNN
 
+GREEDY_ROWS_BASE = {"ctx-size": 256, "n-predict": 24, "ignore-eos": True}
 
-def complete_together(nn: WasiNN, jobs: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    """Each (prompt, config) completed by its own session, all started at one moment."""
+
+def complete_together(
+    nn: WasiNN, jobs: list[tuple[str, dict[str, Any]]], base: dict[str, Any] | None = None
+) -> list[str]:
+    """Each (prompt, ``base`` + config) completed by its own session, all started at one moment."""
     texts = [""] * len(jobs)
     barrier = threading.Barrier(len(jobs))
 
     def run(i: int) -> None:
         prompt, config = jobs[i]
-        with nn.session("succ", {"ctx-size": 256, "n-predict": 24, "ignore-eos": True, **config}) as session:
+        with nn.session("succ", {**(GREEDY_ROWS_BASE if base is None else base), **config}) as session:
             barrier.wait()
             texts[i] = session.complete(prompt)
 

@@ -21,6 +21,8 @@ from wasinn_host.llama.buffers import max_outputs
 from wasinn_host.llama.context import LlamaContext
 from wasinn_host.llama.model import LlamaModel
 
+from . import sessions
+
 
 @pytest.fixture
 def host(successor_path: pathlib.Path) -> Iterator[WasiNN]:
@@ -61,21 +63,7 @@ def steps(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
 
 def complete_together(nn: WasiNN, jobs: list[tuple[str, dict[str, Any]]]) -> list[str]:
     """Each (prompt, config) completed by its own session, all at once."""
-    texts = [""] * len(jobs)
-    barrier = threading.Barrier(len(jobs))
-
-    def run(i: int) -> None:
-        prompt, config = jobs[i]
-        with nn.session("succ", {"temp": 0, "ctx-size": 256, "batch-size": 64, **config}) as session:
-            barrier.wait()
-            texts[i] = session.complete(prompt)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return texts
+    return sessions.complete_together(nn, jobs, {"temp": 0, "ctx-size": 256, "batch-size": 64})
 
 
 def test_logits_rows_asked_are_the_tokens_sampled(host: WasiNN, steps: list[list[int]]) -> None:
