@@ -725,6 +725,7 @@ class ModelWorker:
         size, a full context) goes on after a few comparisons when none of them applies; any other job,
         or one that a rule may stop, goes through :meth:`_took` (the same rules, in full)."""
         piece, is_eog, n_ctx_seq = self.model.piece, self.model.is_eog, self.n_ctx_seq
+        self.generated_tokens += len(jobs)  # before any job ends: its caller may read the count at once
         for job, token in zip(jobs, tokens):
             data = piece(token)
             result, request = job.result, job.request
@@ -740,7 +741,6 @@ class ModelWorker:
                 job.tokens.append(token)  # decoded in the next batch
             else:
                 self._took(job, token, data)
-        self.generated_tokens += len(jobs)
 
     @staticmethod
     def _together(job: Job) -> bool:
