@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import select
 import stat
 import sys
 import threading
@@ -28,14 +27,14 @@ from typing import BinaryIO, Callable, Union
 
 import wasmtime
 
+from . import pipe_hub
+
 log = logging.getLogger("wasinn_host")
 
 PieceSink = Callable[[bytes], None]
 """Receives the bytes of each generated piece, in order."""
 Destination = Union[str, "os.PathLike[str]", None]
 """A path for the guest's stdout, or None: the host process's (inherited)."""
-FINISH_POLL_SECONDS = 0.05
-"""How often an idle copier looks whether its writer has ended."""
 
 
 def write_fd(fd: int, data: bytes) -> None:
@@ -84,50 +83,52 @@ def guarded(sink: PieceSink, what: str) -> PieceSink:
 
 
 class PipeCopier:
-    """Copies a pipe to ``sink`` on a thread: as it comes, or one whole line at a time under ``lock``."""
+    """Copies a pipe to ``sink`` as it comes, or one whole line at a time under ``lock``; the reading is
+    the process's :class:`~wasinn_host.guest.pipe_hub.PipeHub` thread's, shared by every copier."""
 
     def __init__(
         self, source: int, sink: BinaryIO, lock: threading.Lock | None = None, whole_lines: bool = True
     ) -> None:
-        self._source = source
+        self.fd = source
         self._sink = sink
         self._lock = lock or threading.Lock()
         self._whole_lines = whole_lines
-        self._finished = threading.Event()
-        self._thread = threading.Thread(target=self._copy, name="wasinn-stdio", daemon=True)
-        self._thread.start()
+        self._pending = b""
+        self._done = threading.Event()
+        pipe_hub.hub().add(self)
 
-    def _copy(self) -> None:
-        with os.fdopen(self._source, "rb", buffering=0) as pipe:
-            pending = b""
-            while True:
-                if not select.select([pipe], [], [], FINISH_POLL_SECONDS)[0]:
-                    if self._finished.is_set():
-                        break  # the writer has ended and everything it wrote has been read
-                    continue
-                chunk = pipe.read(65536)
-                if not chunk:
-                    break
-                pending += chunk
-                cut = pending.rfind(b"\n") + 1 if self._whole_lines else len(pending)
-                if cut:
-                    self._write(pending[:cut])
-                    pending = pending[cut:]
-            if pending:
-                self._write(pending)
+    def feed(self, data: bytes) -> None:
+        """Data read from the pipe (on the hub's thread): written out, whole lines only if so asked."""
+        pending = self._pending + data
+        cut = pending.rfind(b"\n") + 1 if self._whole_lines else len(pending)
+        if cut:
+            self._write(pending[:cut])
+        self._pending = pending[cut:]
+
+    def end(self) -> None:
+        """The pipe is read to its end: the last partial line goes out too."""
+        try:
+            if self._pending:
+                self._write(self._pending)
+                self._pending = b""
+        finally:
+            self._done.set()
 
     def _write(self, data: bytes) -> None:
-        with self._lock:
-            self._sink.write(data)
-            self._sink.flush()
+        try:
+            with self._lock:
+                self._sink.write(data)
+                self._sink.flush()
+        except (OSError, ValueError) as exc:
+            log.warning("a guest's output cannot be copied (%s); it is dropped", exc)
 
     def finish(self) -> None:
         """The writer has ended: copy what is left and stop, even if the pipe is still open elsewhere."""
-        self._finished.set()
+        pipe_hub.hub().finish(self)
 
     def join(self) -> None:
         """Wait until everything written has been copied."""
-        self._thread.join()
+        self._done.wait()
 
 
 class GuestStdout:

@@ -1,0 +1,75 @@
+"""Guest pipes copied by one thread: every byte arrives, whole lines stay whole, a finished copier ends
+while its pipe is still open elsewhere, and no thread is started per pipe."""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+
+from wasinn_host.guest.stdout import PipeCopier
+
+
+class Sink(io.BytesIO):
+    """A sink that records each write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        self.writes.append(bytes(data))
+        return super().write(data)
+
+
+def test_many_pipes_one_thread_every_byte_in_whole_lines() -> None:
+    before = threading.active_count()
+    sink, lock = Sink(), threading.Lock()
+    pipes = [os.pipe() for _ in range(64)]
+    copiers = [PipeCopier(r, sink, lock) for r, _ in pipes]
+    assert threading.active_count() <= before + 1  # the hub's thread at most, not one per pipe
+    for i, (_, w) in enumerate(pipes):
+        os.write(w, f"guest {i} says ".encode())
+    for i, (_, w) in enumerate(pipes):
+        os.write(w, f"hello {i}\nby".encode())
+    for i, (_, w) in enumerate(pipes):
+        os.write(w, f"e {i}\n".encode())
+        os.close(w)  # the writer's end: the copier reads to the end and stops by itself
+    for copier in copiers:
+        copier.join()
+    lines = sink.getvalue().decode().split("\n")
+    for i in range(64):
+        assert f"guest {i} says hello {i}" in lines
+        assert f"bye {i}" in lines
+    assert len(lines) == 2 * 64 + 1  # and the empty string after the last newline
+    assert all(w.endswith(b"\n") for w in sink.writes)
+
+
+def test_finish_ends_a_copier_whose_pipe_is_still_open() -> None:
+    sink = Sink()
+    r, w = os.pipe()
+    copier = PipeCopier(r, sink, whole_lines=False)
+    os.write(w, b"partial line, no newline")
+    copier.finish()  # the guest has ended; wasmtime may still hold the write end
+    copier.join()
+    assert sink.getvalue() == b"partial line, no newline"
+    os.close(w)
+
+
+def test_a_failing_sink_drops_its_output_and_others_go_on() -> None:
+    class Broken(io.BytesIO):
+        def write(self, data: bytes) -> int:  # type: ignore[override]
+            raise BrokenPipeError("reader gone")
+
+    good = Sink()
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    bad_copier = PipeCopier(r1, Broken())
+    good_copier = PipeCopier(r2, good)
+    os.write(w1, b"lost\n")
+    os.write(w2, b"kept\n")
+    os.close(w1)
+    os.close(w2)
+    bad_copier.join()
+    good_copier.join()
+    assert good.getvalue() == b"kept\n"
