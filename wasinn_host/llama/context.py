@@ -17,7 +17,7 @@ from ..core.errors import ErrorKind, WasiNNError
 from ..core.runtime import KvLayout
 from . import devices
 from .batch_sampling import draw
-from .bindings import llama_cpp
+from .bindings import holding_gil, llama_cpp
 from .buffers import context_buffers, max_outputs, release_output_rows
 from .context_params import set_embedding_and_rope
 from .load_errors import load_failure_cause
@@ -132,6 +132,9 @@ class LlamaContext:
         self.n_ctx_seq = n_ctx_seq
         self.n_batch: int = llama_cpp.llama_n_batch(ctx)
         self.memory = llama_cpp.llama_get_memory(ctx)
+        # where the last decode's logits are: read a step at a time, after llama_synchronize (no waiting)
+        self.logits_base = holding_gil(llama_cpp.llama_get_logits)
+        self.logits_ith = holding_gil(llama_cpp.llama_get_logits_ith)
         self.threads = threads
         self.n_outputs_max: int = cparams.n_outputs_max or self.n_batch
         """The most logits rows one batch may ask for (llama.cpp aborts the process beyond it)."""
@@ -306,11 +309,11 @@ def logits_rows(ctx: LlamaContext, batch_indices: list[int]) -> Any:
     import numpy as np
 
     n_vocab = ctx.model.n_vocab
-    base = ctypes.cast(llama_cpp.llama_get_logits(ctx.ptr), ctypes.c_void_p).value or 0
+    base = ctypes.cast(ctx.logits_base(ctx.ptr), ctypes.c_void_p).value or 0
     row_bytes = n_vocab * ctypes.sizeof(ctypes.c_float)
 
     def row(index: int) -> int:
-        address = ctypes.cast(llama_cpp.llama_get_logits_ith(ctx.ptr, index), ctypes.c_void_p).value
+        address = ctypes.cast(ctx.logits_ith(ctx.ptr, index), ctypes.c_void_p).value
         if not address or not base:
             raise WasiNNError(ErrorKind.RUNTIME_ERROR, f"llama.cpp has no logits at batch index {index}")
         return (address - base) // row_bytes

@@ -15,7 +15,7 @@ from ..core.config.params import POOLING_RANK, ModelParams, SamplingParams
 from ..core.errors import ErrorKind, WasiNNError, invalid
 from ..core.runtime import DEFAULT_SEQUENCES, MAX_DEFAULT_CTX
 from . import cpu_probe, devices
-from .bindings import llama_cpp
+from .bindings import holding_gil, llama_cpp
 from .gguf_layout import GgufLayout, read_layout
 from .load_errors import load_failure_cause
 from .log import capture_llama_log, init_backend, route_llama_log
@@ -129,6 +129,8 @@ class LlamaModel:
         self.eos: int = llama_cpp.llama_vocab_eos(self.vocab)
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
+        self._token_to_piece = holding_gil(llama_cpp.llama_token_to_piece)  # called a row at a time
+        self._is_eog = holding_gil(llama_cpp.llama_vocab_is_eog)
         self.vision: Vision | None = None
         """The multimodal projector loaded with the model (``mmproj``), if the host configured one."""
         self.vocoder: Vocoder | None = None
@@ -196,10 +198,10 @@ class LlamaModel:
         if cached is not None:
             return cached
         buf = ctypes.create_string_buffer(64)
-        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
+        n = self._token_to_piece(self.vocab, token, buf, len(buf), 0, True)
         if n < 0:
             buf = ctypes.create_string_buffer(-n)
-            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
+            n = self._token_to_piece(self.vocab, token, buf, len(buf), 0, True)
         piece = buf.raw[: max(n, 0)]
         self._pieces[token] = piece
         return piece
@@ -208,7 +210,7 @@ class LlamaModel:
         """True for end-of-generation tokens (EOS, EOT, ...)."""
         cached = self._eog.get(token)
         if cached is None:
-            cached = self._eog[token] = bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+            cached = self._eog[token] = bool(self._is_eog(self.vocab, token))
         return cached
 
     def chat_template(self) -> str | None:
