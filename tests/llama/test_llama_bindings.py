@@ -12,7 +12,8 @@ import threading
 from collections.abc import Callable
 
 from wasinn_host.core.config.params import ModelParams
-from wasinn_host.llama.bindings import holding_gil, llama_cpp
+from wasinn_host.core.gil_calls import holding_gil
+from wasinn_host.llama.bindings import llama_cpp
 from wasinn_host.llama.model import LlamaModel
 
 SCRIPT = """

@@ -24,7 +24,7 @@ import re
 import sys
 import threading
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import openmp
 
@@ -97,18 +97,3 @@ def ggml_library(name: str) -> ctypes.CDLL:
     dynamic loader returns the library libllama already loaded)."""
     return ctypes.CDLL(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", name))
 
-
-def holding_gil(function: Any) -> Any:
-    """``function`` (one of the bindings' C functions) called without letting go of the interpreter.
-
-    ctypes releases the GIL around every call of a library function, and takes it back after: for a
-    call of a microsecond that is a chance for any other runnable thread to take the interpreter, and
-    the caller then waits until that thread lets go (a guest's host call, tens to hundreds of
-    microseconds).  The model worker makes such calls for each row it samples (a token's piece, whether
-    it ends generation); with guests waking around it, they cost it more waiting than work.  This is the
-    same C function through a ``PYFUNCTYPE`` prototype (``FUNCFLAG_PYTHONAPI``: the GIL stays held).
-    Only for calls that return at once (no I/O, no waiting on a device)."""
-    address = ctypes.cast(function, ctypes.c_void_p).value
-    if address is None:
-        raise ValueError(f"{function!r} has no address")
-    return ctypes.PYFUNCTYPE(function.restype, *function.argtypes)(address)

@@ -14,10 +14,11 @@ from typing import Any
 from ..core.config.kv_types import GGML_TYPES, check_flash_attn
 from ..core.config.params import ModelParams, SamplingParams
 from ..core.errors import ErrorKind, WasiNNError
+from ..core.gil_calls import holding_gil
 from ..core.runtime import KvLayout
 from . import devices
 from .batch_sampling import draw
-from .bindings import holding_gil, llama_cpp
+from .bindings import llama_cpp
 from .buffers import context_buffers, max_outputs, release_output_rows
 from .context_params import set_embedding_and_rope
 from .load_errors import load_failure_cause

@@ -13,9 +13,10 @@ from typing import Any
 from ..core.config.kv_types import GGML_TYPES
 from ..core.config.params import POOLING_RANK, ModelParams, SamplingParams
 from ..core.errors import ErrorKind, WasiNNError, invalid
+from ..core.gil_calls import holding_gil
 from ..core.runtime import DEFAULT_SEQUENCES, MAX_DEFAULT_CTX
 from . import cpu_probe, devices
-from .bindings import holding_gil, llama_cpp
+from .bindings import llama_cpp
 from .gguf_layout import GgufLayout, read_layout
 from .load_errors import load_failure_cause
 from .log import capture_llama_log, init_backend, route_llama_log
