@@ -3,7 +3,8 @@
 Each host call takes the memory's base address once (``data_ptr`` may change when the
 guest grows its memory, so it is never cached across calls), checks every guest
 pointer and length against the current size, and copies with ``ctypes.string_at`` /
-``ctypes.memmove``: one copy, no intermediate ``bytearray``.  A bad pointer or length
+``memmove``: one copy, no intermediate ``bytearray``, and neither lets go of the GIL
+(:mod:`..core.gil_calls`).  A bad pointer or length
 raises :class:`WasiNNError` with an invalid-argument error and never touches memory.
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 import wasmtime
 
 from ..core.errors import invalid
+from ..core.gil_calls import memmove
 
 _U32 = struct.Struct("<I")
 U32_MASK = 0xFFFF_FFFF
@@ -56,7 +58,7 @@ class GuestMemory:
     def write(self, ptr: int, data: bytes, what: str) -> None:
         """Copy ``data`` into guest memory at ``ptr``."""
         address = self.check(ptr, len(data), what)
-        ctypes.memmove(address, data, len(data))
+        memmove(address, data, len(data))
 
     def read_u32s(self, ptr: int, count: int, what: str) -> tuple[int, ...]:
         """Read ``count`` consecutive little-endian ``u32`` values."""

@@ -25,6 +25,7 @@ from typing import Any, Callable
 import wasmtime
 from wasmtime import _ffi as ffi
 
+from ..core.gil_calls import holding_gil
 from . import callbacks
 from .callbacks import FINALIZER
 
@@ -54,9 +55,10 @@ _define_unchecked = _function(
     ctypes.c_void_p,
     FINALIZER,
 )
-caller_context = _function("wasmtime_caller_context", ctypes.c_void_p, ctypes.c_void_p)
-memory_data = _function("wasmtime_memory_data", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
-memory_size = _function("wasmtime_memory_data_size", ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p)
+# called on every host call: accessors that return at once keep the GIL (:mod:`..core.gil_calls`)
+caller_context = holding_gil(_function("wasmtime_caller_context", ctypes.c_void_p, ctypes.c_void_p))
+memory_data = holding_gil(_function("wasmtime_memory_data", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p))
+memory_size = holding_gil(_function("wasmtime_memory_data_size", ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p))
 _export_get = _function(
     "wasmtime_caller_export_get", ctypes.c_bool, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_void_p
 )

@@ -96,4 +96,3 @@ def ggml_library(name: str) -> ctypes.CDLL:
     ``libggml-base.so``), for the few ggml functions its bindings do not wrap (the loaded copy: the
     dynamic loader returns the library libllama already loaded)."""
     return ctypes.CDLL(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", name))
-

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import struct
 
+from ..core.gil_calls import memmove
 from .constants import IOV_MAX, IOVEC_SIZE, WasiErrno
 from .table import SockError
 
@@ -50,7 +51,7 @@ class GuestView:
 
     def write(self, ptr: int, data: bytes, what: str) -> None:
         """Copy ``data`` into the guest at ``ptr``."""
-        ctypes.memmove(self.address(ptr, len(data), what), data, len(data))
+        memmove(self.address(ptr, len(data), what), data, len(data))
 
     def u32(self, ptr: int, what: str) -> int:
         """Read a little-endian ``u32``."""
