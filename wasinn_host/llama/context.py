@@ -136,6 +136,7 @@ class LlamaContext:
         # where the last decode's logits are: read a step at a time, after llama_synchronize (no waiting)
         self.logits_base = holding_gil(llama_cpp.llama_get_logits)
         self.logits_ith = holding_gil(llama_cpp.llama_get_logits_ith)
+        self._logits_view: tuple[int, int, Any] = (0, 0, None)
         self.threads = threads
         self.n_outputs_max: int = cparams.n_outputs_max or self.n_batch
         """The most logits rows one batch may ask for (llama.cpp aborts the process beyond it)."""
@@ -194,6 +195,20 @@ class LlamaContext:
             batch.raw.n_tokens = batch.n
             return int(llama_cpp.llama_decode(self.ptr, batch.raw))
         return int(llama_cpp.llama_decode(self.ptr, batch.part(first, count)))
+
+    def logits_view(self, base: int, rows: int) -> Any:
+        """The first ``rows`` rows of llama.cpp's logits array at address ``base`` as a numpy array (no
+        copy); the same array while llama.cpp keeps its logits there (a view made anew costs tens of
+        microseconds a step)."""
+        import numpy as np
+
+        held_base, held_rows, view = self._logits_view
+        if held_base != base or held_rows < rows:
+            n_vocab = self.model.n_vocab
+            floats = (ctypes.c_float * (rows * n_vocab)).from_address(base)
+            view = np.frombuffer(memoryview(floats), dtype=np.float32).reshape(rows, n_vocab)
+            self._logits_view = (base, rows, view)
+        return view[:rows]
 
     def synchronize(self) -> None:
         """``llama_synchronize``: wait until the device has finished the last decode."""
@@ -307,8 +322,6 @@ def logits_rows(ctx: LlamaContext, batch_indices: list[int]) -> Any:
     index mapped to its row (``llama_get_logits_ith`` points into it); the rows asked for are found from
     those pointers: a view of llama.cpp's array when they are its first rows in order (as a step of one
     token per sequence asks), else a copy of the rows."""
-    import numpy as np
-
     n_vocab = ctx.model.n_vocab
     base = ctypes.cast(ctx.logits_base(ctx.ptr), ctypes.c_void_p).value or 0
     row_bytes = n_vocab * ctypes.sizeof(ctypes.c_float)
@@ -324,8 +337,7 @@ def logits_rows(ctx: LlamaContext, batch_indices: list[int]) -> Any:
     # last is row n-1 are rows 0 .. n-1 (every token of the batch asked for its logits)
     first_rows = batch_indices == list(range(n)) and row(n - 1) == n - 1
     rows = list(range(n)) if first_rows else [row(index) for index in batch_indices]
-    floats = ctypes.cast(base, ctypes.POINTER(ctypes.c_float))
-    logits = np.ctypeslib.as_array(floats, shape=(max(rows) + 1, n_vocab))
+    logits = ctx.logits_view(base, max(rows) + 1)
     return logits[:n] if first_rows else logits[rows]
 
 
