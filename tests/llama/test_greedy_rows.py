@@ -5,6 +5,7 @@ the same batches draws what it draws alone (its rows drawn as arrays: ``test_row
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Iterator
 from typing import Any
 
@@ -84,3 +85,27 @@ def test_greedy_guests_together_answer_as_alone_and_a_seeded_one_draws_its_own(s
     assert complete_together(successor_host, jobs) == alone
     assert model.worker.rows_sampled_together - before >= 7 * 24, "the greedy rows were sampled together"
     assert len(set(alone[:7])) == 7 and alone[7], alone
+
+
+def test_the_rows_follow_llamas_logits_array_when_it_moves(random_model: LlamaModel) -> None:
+    """The worker keeps its numpy view of llama.cpp's logits while they stay at one address; a decode that
+    asks for more rows than llama.cpp's output buffer holds moves them, and the view follows."""
+    context = LlamaContext(random_model, ModelParams(threads=2, batch_size=256), KvLayout(64, N_SEQ))
+    batch = context.new_batch()
+    addresses = set()
+    position = 0
+    try:
+        for step, per_seq in enumerate((1, 1, 3, 1)):  # 8 rows, 8, 24 (more than the buffer held), 8
+            batch.clear()
+            for seq in range(N_SEQ):
+                for k in range(per_seq):
+                    batch.add(11 + 97 * seq + 13 * k + step, position + k, seq, True)
+            position += per_seq
+            assert context.decode(batch) == 0
+            addresses.add(ctypes.cast(llama_cpp.llama_get_logits(context.ptr), ctypes.c_void_p).value)
+            for rows in (list(range(N_SEQ)), list(range(batch.n))):  # the first rows, then all of them
+                assert context.greedy_tokens(rows) == [per_row(context, i)[1] for i in rows]
+        assert len(addresses) > 1, "the logits moved (with no more rows read than before, at first)"
+    finally:
+        batch.close()
+        context.close()
