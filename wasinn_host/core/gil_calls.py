@@ -19,12 +19,13 @@ import ctypes
 from typing import Any
 
 
-def holding_gil(function: Any) -> Any:
-    """``function`` (a ctypes C function with ``argtypes`` and ``restype`` set) as one that keeps the GIL."""
+def holding_gil(function: Any, restype: Any = None) -> Any:
+    """``function`` (a ctypes C function with ``argtypes`` and ``restype`` set) as one that keeps the GIL;
+    ``restype`` instead of the function's own (``ctypes.c_void_p``: a pointer as an int, or None)."""
     address = ctypes.cast(function, ctypes.c_void_p).value
     if address is None:
         raise ValueError(f"{function!r} has no address")
-    return ctypes.PYFUNCTYPE(function.restype, *function.argtypes)(address)
+    return ctypes.PYFUNCTYPE(restype or function.restype, *function.argtypes)(address)
 
 
 memmove = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)(

@@ -134,8 +134,8 @@ class LlamaContext:
         self.n_batch: int = llama_cpp.llama_n_batch(ctx)
         self.memory = llama_cpp.llama_get_memory(ctx)
         # where the last decode's logits are: read a step at a time, after llama_synchronize (no waiting)
-        self.logits_base = holding_gil(llama_cpp.llama_get_logits)
-        self.logits_ith = holding_gil(llama_cpp.llama_get_logits_ith)
+        self.logits_base = holding_gil(llama_cpp.llama_get_logits, ctypes.c_void_p)
+        self.logits_ith = holding_gil(llama_cpp.llama_get_logits_ith, ctypes.c_void_p)
         self._logits_view: tuple[int, int, Any] = (0, 0, None)
         self.threads = threads
         self.n_outputs_max: int = cparams.n_outputs_max or self.n_batch
@@ -322,12 +322,11 @@ def logits_rows(ctx: LlamaContext, batch_indices: list[int]) -> Any:
     index mapped to its row (``llama_get_logits_ith`` points into it); the rows asked for are found from
     those pointers: a view of llama.cpp's array when they are its first rows in order (as a step of one
     token per sequence asks), else a copy of the rows."""
-    n_vocab = ctx.model.n_vocab
-    base = ctypes.cast(ctx.logits_base(ctx.ptr), ctypes.c_void_p).value or 0
-    row_bytes = n_vocab * ctypes.sizeof(ctypes.c_float)
+    base = ctx.logits_base(ctx.ptr) or 0
+    row_bytes = ctx.model.n_vocab * 4  # float32
 
     def row(index: int) -> int:
-        address = ctypes.cast(ctx.logits_ith(ctx.ptr, index), ctypes.c_void_p).value
+        address = ctx.logits_ith(ctx.ptr, index)
         if not address or not base:
             raise WasiNNError(ErrorKind.RUNTIME_ERROR, f"llama.cpp has no logits at batch index {index}")
         return (address - base) // row_bytes
