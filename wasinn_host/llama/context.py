@@ -136,6 +136,10 @@ class LlamaContext:
         # where the last decode's logits are: read a step at a time, after llama_synchronize (no waiting)
         self.logits_base = holding_gil(llama_cpp.llama_get_logits, ctypes.c_void_p)
         self.logits_ith = holding_gil(llama_cpp.llama_get_logits_ith, ctypes.c_void_p)
+        # the KV cache's bookkeeping (cells' metadata; a copy's buffers move at the next decode)
+        self._seq_rm = holding_gil(llama_cpp.llama_memory_seq_rm)
+        self._seq_cp = holding_gil(llama_cpp.llama_memory_seq_cp)
+        self._seq_add = holding_gil(llama_cpp.llama_memory_seq_add)
         self._logits_view: tuple[int, int, Any] = (0, 0, None)
         self.threads = threads
         self.n_outputs_max: int = cparams.n_outputs_max or self.n_batch
@@ -216,13 +220,13 @@ class LlamaContext:
 
     def seq_rm(self, seq_id: int, start: int) -> None:
         """Drop the sequence's cells from position ``start`` on."""
-        llama_cpp.llama_memory_seq_rm(self.memory, seq_id, start, -1)
+        self._seq_rm(self.memory, seq_id, start, -1)
 
     def seq_copy(self, src: int, dst: int) -> None:
         """Replace ``dst``'s cells by a copy of ``src``'s.  Each sequence has its own stream (``kv_unified``
         off), so llama.cpp copies the whole stream's buffers at the next decode; it accepts nothing but
         the whole range there (any other aborts the process), so callers trim ``dst`` afterwards."""
-        llama_cpp.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
+        self._seq_cp(self.memory, src, dst, -1, -1)
 
     def seq_length(self, seq_id: int) -> int:
         """Cells the sequence holds (``llama_memory_seq_pos_max`` + 1)."""
@@ -250,8 +254,8 @@ class LlamaContext:
 
     def seq_shift(self, seq_id: int, keep: int, discard: int) -> None:
         """Drop ``discard`` cells after the first ``keep`` and move the rest back."""
-        llama_cpp.llama_memory_seq_rm(self.memory, seq_id, keep, keep + discard)
-        llama_cpp.llama_memory_seq_add(self.memory, seq_id, keep + discard, -1, -discard)
+        self._seq_rm(self.memory, seq_id, keep, keep + discard)
+        self._seq_add(self.memory, seq_id, keep + discard, -1, -discard)
 
     def embeddings(self, seq_id: int, batch_index: int) -> list[float]:
         """The pooled embedding of a sequence (a reranker's scores with rank pooling), or the given token's

@@ -74,7 +74,10 @@ def follows(
     if not request.cache_prompt or request.embed:
         return False
     if job.follows is None:
-        held = donor(slots, job, slot, reusable(job, slot), copy_targets)[1]
+        own = reusable(job, slot)
+        if len(job.tokens) - 1 - own < MIN_SHARED_PREFIX:  # no leader could give that much more: no scan
+            return False
+        held = donor(slots, job, slot, own, copy_targets)[1]
         leader, shared = None, 0
         for other in active:
             if other.slot is None or other.request.embed:
