@@ -41,16 +41,15 @@ class PipeReader(Protocol):
 
 
 class PipeHub:
-    """Reads registered pipes on one daemon thread, started at the first :meth:`add`."""
+    """Reads registered pipes on one daemon thread, started at the first :meth:`add` (:data:`HUB`: the
+    process's)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._added: list[PipeReader] = []
         self._finishing: list[PipeReader] = []
         self._thread: threading.Thread | None = None
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self._wake_r = self._wake_w = -1  # the thread's wake-up pipe, made with the thread
 
     def add(self, reader: PipeReader) -> None:
         """Copy ``reader``'s pipe from now on."""
@@ -58,6 +57,9 @@ class PipeHub:
         with self._lock:
             self._added.append(reader)
             if self._thread is None:
+                self._wake_r, self._wake_w = os.pipe()
+                os.set_blocking(self._wake_r, False)
+                os.set_blocking(self._wake_w, False)
                 self._thread = threading.Thread(target=self._run, name="wasinn-pipes", daemon=True)
                 self._thread.start()
         self._wake()
@@ -129,14 +131,5 @@ def _drain_wakeups(fd: int) -> None:
         pass
 
 
-_hub: PipeHub | None = None
-_hub_lock = threading.Lock()
-
-
-def hub() -> PipeHub:
-    """The process's hub."""
-    global _hub
-    with _hub_lock:
-        if _hub is None:
-            _hub = PipeHub()
-        return _hub
+HUB = PipeHub()
+"""The process's hub (its thread and wake-up pipe are made at the first pipe)."""

@@ -95,7 +95,7 @@ class PipeCopier:
         self._whole_lines = whole_lines
         self._pending = b""
         self._done = threading.Event()
-        pipe_hub.hub().add(self)
+        pipe_hub.HUB.add(self)
 
     def feed(self, data: bytes) -> None:
         """Data read from the pipe (on the hub's thread): written out, whole lines only if so asked."""
@@ -124,7 +124,7 @@ class PipeCopier:
 
     def finish(self) -> None:
         """The writer has ended: copy what is left and stop, even if the pipe is still open elsewhere."""
-        pipe_hub.hub().finish(self)
+        pipe_hub.HUB.finish(self)
 
     def join(self) -> None:
         """Wait until everything written has been copied."""
