@@ -18,9 +18,8 @@ from wasinn_host.core.runtime import KvLayout
 from wasinn_host.llama.bindings import llama_cpp
 from wasinn_host.llama.context import LlamaContext
 from wasinn_host.llama.model import LlamaModel
-from wasinn_host.llama.runtime import LlamaRuntime
-from wasinn_host.testing.gguf_models import write_random_model
 
+from .random_models import loaded_random_model
 from .sessions import complete_together
 
 N_SEQ = 8
@@ -28,11 +27,8 @@ N_SEQ = 8
 
 @pytest.fixture(scope="module")
 def random_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaModel]:
-    path = tmp_path_factory.mktemp("greedy") / "random.gguf"
-    write_random_model(path, n_layer=2, n_embd=64, n_head=2, n_ff=128, n_vocab=2000, seed=7)
-    model = LlamaRuntime().load_model(path, ModelParams(threads=2))
-    yield model
-    model.close()
+    with loaded_random_model(tmp_path_factory.mktemp("greedy"), n_vocab=2000, seed=7) as model:
+        yield model
 
 
 def per_row(context: LlamaContext, index: int) -> tuple[int, int]:

@@ -21,9 +21,8 @@ from wasinn_host.llama import sampler as host_sampler
 from wasinn_host.llama.bindings import llama_cpp
 from wasinn_host.llama.context import LlamaContext, logits_rows
 from wasinn_host.llama.model import LlamaModel
-from wasinn_host.llama.runtime import LlamaRuntime
-from wasinn_host.testing.gguf_models import write_random_model
 
+from .random_models import loaded_random_model
 from .sessions import complete_together
 
 N_SEQ = 8
@@ -43,11 +42,8 @@ CONFIGS: list[dict[str, Any]] = [
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaModel]:
-    path = tmp_path_factory.mktemp("draws") / "random.gguf"
-    write_random_model(path, n_layer=2, n_embd=64, n_head=2, n_ff=128, n_vocab=8192, seed=11)
-    loaded = LlamaRuntime().load_model(path, ModelParams(threads=2))
-    yield loaded
-    loaded.close()
+    with loaded_random_model(tmp_path_factory.mktemp("draws"), n_vocab=8192, seed=11) as loaded:
+        yield loaded
 
 
 def chain_of(model: LlamaModel, params: SamplingParams, n_ctx_seq: int = 64) -> Any:
