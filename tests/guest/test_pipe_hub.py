@@ -73,3 +73,27 @@ def test_a_failing_sink_drops_its_output_and_others_go_on() -> None:
     bad_copier.join()
     good_copier.join()
     assert good.getvalue() == b"kept\n"
+
+
+def test_a_child_process_copies_its_own_pipes() -> None:
+    """After a fork the parent's hub thread does not run in the child: the child's copiers get one of
+    their own."""
+    r, w = os.pipe()
+    PipeCopier(r, Sink()).finish()  # the hub's thread runs in this process now
+    os.close(w)
+    out_r, out_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: copy a pipe of its own into out_w
+        try:
+            cr, cw = os.pipe()
+            copier = PipeCopier(cr, os.fdopen(out_w, "wb", buffering=0))
+            os.write(cw, b"from the child\n")
+            os.close(cw)
+            copier.join()
+        finally:
+            os._exit(0)
+    os.close(out_w)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(out_r, "rb") as got:
+        assert got.read() == b"from the child\n"
+    assert status == 0

@@ -51,6 +51,12 @@ class PipeHub:
         self._thread: threading.Thread | None = None
         self._wake_r = self._wake_w = -1  # the thread's wake-up pipe, made with the thread
 
+    def forget(self) -> None:
+        """Start afresh: in a child process after a fork, where the parent's thread does not run."""
+        self._lock = threading.Lock()
+        self._added, self._finishing, self._thread = [], [], None
+        self._wake_r = self._wake_w = -1
+
     def add(self, reader: PipeReader) -> None:
         """Copy ``reader``'s pipe from now on."""
         os.set_blocking(reader.fd, False)
@@ -93,7 +99,8 @@ class PipeHub:
             for reader in added:
                 selector.register(reader.fd, selectors.EVENT_READ, reader)
             for reader in finishing:
-                if reader.fd in selector.get_map():  # not ended already by its writer's close
+                registered = selector.get_map().get(reader.fd)
+                if registered is not None and registered.data is reader:  # not ended by its writer's close
                     _read_available(reader)
                     _close(selector, reader)
 
@@ -133,3 +140,4 @@ def _drain_wakeups(fd: int) -> None:
 
 HUB = PipeHub()
 """The process's hub (its thread and wake-up pipe are made at the first pipe)."""
+os.register_at_fork(after_in_child=HUB.forget)
