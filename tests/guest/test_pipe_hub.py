@@ -6,6 +6,9 @@ from __future__ import annotations
 import io
 import os
 import threading
+import time
+
+import pytest
 
 from wasinn_host.guest.stdout import PipeCopier
 
@@ -56,7 +59,7 @@ def test_finish_ends_a_copier_whose_pipe_is_still_open() -> None:
     os.close(w)
 
 
-def test_a_failing_sink_drops_its_output_and_others_go_on() -> None:
+def test_a_failing_sink_drops_its_output_and_others_go_on(caplog: pytest.LogCaptureFixture) -> None:
     class Broken(io.BytesIO):
         def write(self, data: bytes) -> int:  # type: ignore[override]
             raise BrokenPipeError("reader gone")
@@ -67,12 +70,15 @@ def test_a_failing_sink_drops_its_output_and_others_go_on() -> None:
     bad_copier = PipeCopier(r1, Broken())
     good_copier = PipeCopier(r2, good)
     os.write(w1, b"lost\n")
+    time.sleep(0.05)
+    os.write(w1, b"lost too\n")
     os.write(w2, b"kept\n")
     os.close(w1)
     os.close(w2)
     bad_copier.join()
     good_copier.join()
     assert good.getvalue() == b"kept\n"
+    assert len([r for r in caplog.records if "cannot be copied" in r.getMessage()]) == 1  # one line, not one a write
 
 
 def test_a_child_process_copies_its_own_pipes() -> None:

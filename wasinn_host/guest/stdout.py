@@ -94,6 +94,8 @@ class PipeCopier:
         self._lock = lock or threading.Lock()
         self._whole_lines = whole_lines
         self._pending = b""
+        self._broken = False
+        """The sink failed once: the rest of the pipe is read and dropped (one log line, not one a write)."""
         self._done = threading.Event()
         pipe_hub.HUB.add(self)
 
@@ -115,12 +117,15 @@ class PipeCopier:
             self._done.set()
 
     def _write(self, data: bytes) -> None:
+        if self._broken:
+            return
         try:
             with self._lock:
                 self._sink.write(data)
                 self._sink.flush()
         except (OSError, ValueError) as exc:
-            log.warning("a guest's output cannot be copied (%s); it is dropped", exc)
+            self._broken = True
+            log.warning("a guest's output cannot be copied (%s); the rest of it is dropped", exc)
 
     def finish(self) -> None:
         """The writer has ended: copy what is left and stop, even if the pipe is still open elsewhere."""
