@@ -5,14 +5,23 @@ from __future__ import annotations
 
 import pytest
 
+from wasinn_host.core.scheduling import prefill_budget
 from wasinn_host.core.scheduling.draft_budget import passes
-from wasinn_host.core.scheduling.prefill_budget import MIN_PROMPT_TOKENS, PausedStreams, prompt_takes, step_limit
-from wasinn_host.core.scheduling.step_cost import Entry, StepCost, batch_cells
+from wasinn_host.core.scheduling.prefill_budget import (
+    MIN_PROMPT_TOKENS,
+    OVER_LIMIT,
+    PausedStreams,
+    prompt_takes,
+    step_limit,
+)
+from wasinn_host.core.scheduling.step_cost import Entry, StepCost, batch_cells, pass_shapes, row_class
 
 pytestmark = pytest.mark.fast
 
 SEVEN: list[Entry] = [(seq, 1, 0) for seq in range(7)]
 """Seven generating sequences, one token each, at the start of their sequences."""
+SEVEN_LATE: list[Entry] = [(seq, 1, 100) for seq in range(7)]
+"""The same at position 100."""
 
 
 def fitted(fixed: float, per_token: float, per_cell: float = 0.0) -> StepCost:
@@ -144,3 +153,34 @@ def test_steps_wait_for_paused_streams_about_their_round_trip_and_not_for_late_o
     assert paused.awaited(4.002, here=()) == [b] and paused.count(4.002, running=()) == 2
     paused.stepped(a, 5.0, goes_on=True)  # its next token: waited for again
     assert a in paused.awaited(5.001, here=())
+
+
+def weights_bound(shapes: list[tuple[int, int, int]]) -> float:
+    """A CPU decode whose pass reads the weights (25 ms) and where a cell attended in a pass of 2-63 rows
+    a sequence (flash attention's scalar loop) costs 10x one in a pass of 1 row or of 64 and more."""
+    return sum(
+        0.025 + 0.0005 * tokens + 0.5e-6 * cells * (10.0 if 1 <= row_class(rows) <= 5 else 1.0)
+        for rows, tokens, cells in shapes
+    )
+
+
+def test_late_in_a_long_prompt_a_chunk_of_the_cheap_class_goes_a_little_over_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where 64 rows no longer fit the limit, the chunks within it run through the scalar class at a tenth
+    of the rate: the smallest take of the cheap class is made instead, at most OVER_LIMIT over."""
+    cost = StepCost()
+    for round_ in range(6):
+        for chunk in (1, 3, 6, 12, 24, 48, 63, 64, 100, 200):
+            for entries in (SEVEN_LATE, [*SEVEN_LATE, (7, chunk, 1000 * round_)]):
+                cost.record_passes(pass_shapes(entries), weights_bound(pass_shapes(entries)))
+    limit = step_limit(SEVEN_LATE, 0, cost, 8.0)
+    assert limit is not None
+    (early,) = prompt_takes(SEVEN_LATE, [(7, 9000, 2000)], 505, cost, limit)
+    assert early >= 64 and cost.step_seconds(SEVEN_LATE, [(7, early, 2000)])[0] <= limit * (1 + 1e-9)
+    (late,) = prompt_takes(SEVEN_LATE, [(7, 9000, 5000)], 505, cost, limit)
+    assert late in (64, 65)
+    assert limit < cost.step_seconds(SEVEN_LATE, [(7, late, 5000)])[0] <= (1 + OVER_LIMIT) * limit
+    monkeypatch.setattr(prefill_budget, "CHEAPER_CLASS", 1e9)  # without the rule: what fits the limit
+    (within,) = prompt_takes(SEVEN_LATE, [(7, 9000, 5000)], 505, cost, limit)
+    assert within < 64 and cost.step_seconds(SEVEN_LATE, [(7, within, 5000)])[0] <= limit * (1 + 1e-9)

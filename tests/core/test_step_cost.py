@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from wasinn_host.core.scheduling import step_cost
 from wasinn_host.core.scheduling.step_cost import (
     FIT_MAX_TOKENS,
     StepCost,
@@ -117,3 +118,27 @@ def test_where_every_shape_costs_what_the_fit_says_steps_are_never_split() -> No
     assert all(per_cell == pytest.approx(PER_CELL, rel=0.1) for per_cell in classed[2][:8])
     for chunk in (2, 16, 63, 64, 65, 200):
         assert not cost.step_seconds(STREAMS, [(7, chunk, 2000)])[1], chunk
+
+
+def test_estimates_of_chunks_follow_decodes_slower_than_the_fit_says_and_plain_steps_stay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Late in a long prompt llama.cpp takes 30% longer than the fit of the earlier chunks extrapolates:
+    after three such chunks the estimate of the next is within 5% with the bias, 10% off without it."""
+
+    def misses(weight: float) -> tuple[list[float], StepCost]:
+        monkeypatch.setattr(step_cost, "BIAS_WEIGHT", weight)
+        cost = learned(flash_cpu)
+        errors = []
+        for start in range(2000, 2400, 80):
+            late = [*STREAMS, (7, 80, start)]
+            errors.append(cost.decode_seconds(late) / (1.3 * flash_cpu(pass_shapes(late))) - 1.0)
+            cost.record_passes(pass_shapes(late), 1.3 * flash_cpu(pass_shapes(late)))
+            cost.record_passes(pass_shapes(STREAMS), flash_cpu(pass_shapes(STREAMS)))
+        return errors, cost
+
+    followed, cost = misses(step_cost.BIAS_WEIGHT)
+    unbiased, _ = misses(0.0)
+    assert abs(followed[3]) < 0.05 < 0.1 < abs(unbiased[3])
+    assert cost.chunk_bias > 1.0
+    assert cost.decode_seconds(STREAMS) == cost._price(pass_shapes(STREAMS)), "plain steps are not scaled"

@@ -7,7 +7,9 @@ limited to what keeps the step within ``multiple`` times the cost of the same st
 (:class:`~.step_cost.StepCost`: passes, tokens and the KV cells they attend, each row class of pass
 at its own price, fitted to its decodes), so a chunk late in a long prompt, whose tokens attend more
 cells, is smaller than an early one, and a chunk is sized so that llama.cpp runs it in a pass of a
-class that costs what its work does (:func:`_most_within`).  On a GPU, where a token costs little
+class that costs what its work does (:func:`_most_within`; where only chunks of a class several times
+dearer per token fit, the step takes the smallest chunk of the cheap class instead, up to a quarter
+over the limit).  On a GPU, where a token costs little
 beside a pass over the weights, the limit lets whole batches through; on a CPU it cuts a long prompt
 into chunks of a few dozen tokens.  When nobody generates, prompts take the whole batch.
 
@@ -29,7 +31,7 @@ forever whatever the budget.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from ..config.params import DEFAULT_STEP_BUDGET as DEFAULT_STEP_BUDGET  # the key's default: config/params.py
 from .draft_budget import passes
@@ -42,6 +44,11 @@ MIN_PROMPT_TOKENS = 1
 MIN_FIT_DECODES = 16
 """Before its worker has made this many decodes, the budget takes a token to cost as much as a pass
 (the cost model's prior): a fit to a handful of decodes may say tokens are free."""
+CHEAPER_CLASS = 4.0
+"""How many times cheaper per token a larger row class's chunk must be for a step to go over its limit
+to take it (:func:`_most_within`) ..."""
+OVER_LIMIT = 0.25
+"""... and by how much of the limit at most."""
 MAX_HOLD_S = 0.01
 """The longest a step with prompt tokens waits for paused streams to ask for their next token."""
 
@@ -132,7 +139,15 @@ def _most_within(base: list[Entry], chunks: list[Entry], prompt: Entry, cost: St
     So each class's range is searched on its own for the largest take within the limit, and of those
     the one that decodes the most prompt tokens per second of the step is taken (the largest of equals):
     where a class's passes cost several times another's, a chunk of the cheaper class, even a smaller
-    one, brings the prompt's first token sooner.  0 if no take fits."""
+    one, brings the prompt's first token sooner.  0 if no take fits.
+
+    And where a class above the chosen take's costs the prompt a :data:`CHEAPER_CLASS` th of its cost
+    per token or less (the step's own cost aside), the smallest take of that class is made instead, over
+    the limit by :data:`OVER_LIMIT` of it at most: late in a long prompt on a CPU, a chunk of a few dozen
+    rows runs through flash attention's scalar loop and costs as much as 64 rows in its tiled path
+    (measured: 7 rows at position 2,000 145 ms, 15 rows 272 ms, 65 rows 230 ms, beside seven streams'
+    30 ms), so the small chunk would cost the streams as long a step for a fifth of the prompt's
+    progress, and llama.cpp many such steps."""
     seq_id, most, start = prompt
 
     def seconds(take: int) -> float:
@@ -159,7 +174,29 @@ def _most_within(base: list[Entry], chunks: list[Entry], prompt: Entry, cost: St
                     best, best_rate = low, rate
                 break
         top = low_edge - 1
-    return best
+    return _cheaper_class(best, most, seconds, limit * (1.0 + OVER_LIMIT), cost.knows)
+
+
+def _cheaper_class(
+    take: int, most: int, seconds: Callable[[int], float], ceiling: float, known: Callable[[int], bool]
+) -> int:
+    """The smallest take above ``take`` (and at most ``most``) at a row class's edge whose step costs at
+    most ``ceiling`` and whose tokens cost at most :data:`CHEAPER_CLASS` th of ``take``'s each beyond the
+    step without the prompt (``seconds`` of a take), by a price the decodes have shown (``known``: of a
+    pass of that many rows, not the pooled fit's guess); ``take`` if none does."""
+    if take <= 0:
+        return take
+    alone = seconds(0)
+    per_token = (seconds(take) - alone) / take
+    low_edge = 1 << row_class(take)
+    while low_edge * 2 <= most:
+        low_edge *= 2
+        for edge in (low_edge, low_edge + 1):
+            if edge > most or not known(edge) or (step := seconds(edge)) > ceiling:
+                continue
+            if (step - alone) / edge * CHEAPER_CLASS <= per_token:
+                return edge
+    return take
 
 
 def prompt_takes(

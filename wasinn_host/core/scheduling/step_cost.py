@@ -31,7 +31,10 @@ cost per pass and per token:
     seconds = sum over passes of  fixed + per_token * tokens + per_cell[row class] * cells
 
 :meth:`StepCost.decode_seconds` prices a batch pass by pass with it.  A pass of a class the decodes
-have not shown is priced by the pooled fit, so the planner tries it and learns what it costs.
+have not shown is priced by the pooled fit, so the planner tries it and learns what it costs.  A
+linear fit extrapolates a chunk late in a long prompt from the earlier ones, where llama.cpp's cost per
+cell grows as the prompt outgrows the caches; so a decode with a chunk is priced times
+:attr:`StepCost.chunk_bias`, which follows what such decodes took against their estimates.
 Nothing here knows a backend: where every class costs alike (a GPU's flash attention), the prices are
 those of the pooled fit and the planner's choices too.
 """
@@ -52,6 +55,8 @@ N_CLASSES = 10
 """Row classes fitted apart (the last holds every pass of 512 rows per sequence or more)."""
 MIN_CLASS_DECODES = 8
 """Decodes the per-class fit waits for before it prices anything (the pooled fit prices until then)."""
+BIAS_WEIGHT = 0.2
+"""The weight of a decode's measured-over-estimated ratio in :attr:`StepCost.chunk_bias`."""
 
 Entry = tuple[int, int, int]
 """One sequence's part of a batch: ``(sequence id, tokens, position of its first token)``."""
@@ -115,6 +120,13 @@ class StepCost:
         self._singles = 0
         """One-row decodes not yet in ``_cx``/``_cy``: their decayed sums, as the pooled fit's, and count."""
         self._class_fit: tuple[float, float, list[float | None]] | None = None
+        self.chunk_bias = 1.0
+        """What :meth:`decode_seconds` multiplies the per-class fit's price of a decode with a prompt chunk
+        (a pass of several rows per sequence) by: moved after each such decode by :data:`BIAS_WEIGHT` of
+        its error (what it took over what was estimated for it, with the bias), so the estimates follow
+        the measurements where the fit does not.  The linear fit extrapolates a chunk late in a long
+        prompt from the earlier ones, and llama.cpp's cost per cell grows as the prompt's cells outgrow
+        the caches (measured: 10-20% over the fit's estimate at position 2,000)."""
 
     def record(self, n_tokens: int, n_passes: int, cells: int, seconds: float) -> None:
         """One ``llama_decode`` of ``n_tokens`` tokens in ``n_passes`` passes, attending ``cells``
@@ -127,7 +139,13 @@ class StepCost:
         self._fit = None
 
     def record_passes(self, shapes: Sequence[Pass], seconds: float) -> None:
-        """One ``llama_decode`` made the passes ``shapes`` (:func:`pass_shapes`) in ``seconds``: both fits."""
+        """One ``llama_decode`` made the passes ``shapes`` (:func:`pass_shapes`) in ``seconds``: both fits,
+        and for a decode with a prompt chunk :attr:`chunk_bias`."""
+        if seconds > 0 and self._classed >= MIN_CLASS_DECODES and any(rows > 1 for rows, _, _ in shapes):
+            estimate = self._price(shapes) * self.chunk_bias
+            if estimate > 0:  # the estimate as the planner made it: the fit's, with the bias
+                ratio = min(max(seconds / estimate, 0.5), 2.0)
+                self.chunk_bias = min(max(self.chunk_bias * (1.0 + BIAS_WEIGHT * (ratio - 1.0)), 0.5), 2.0)
         n_tokens = sum(p[1] for p in shapes)
         cells = sum(p[2] for p in shapes)
         self.record(n_tokens, len(shapes), cells, seconds)
@@ -175,6 +193,11 @@ class StepCost:
         self._cy += x * seconds
         self._classed += 1
         self._class_fit = None
+
+    def knows(self, rows: int) -> bool:
+        """Whether the per-class fit prices a pass of ``rows`` rows per sequence from decodes of its class."""
+        classed = self.classed_fit()
+        return classed is not None and classed[2][row_class(rows)] is not None
 
     def classed_fit(self) -> tuple[float, float, list[float | None]] | None:
         """``(fixed, per_token, per_cell of each row class)`` of the per-class fit (None for a class the
@@ -266,8 +289,14 @@ class StepCost:
 
     def decode_seconds(self, entries: Sequence[Entry]) -> float:
         """The estimated time of one ``llama_decode`` of ``entries`` (in sequence-id order): each of its
-        passes (:func:`pass_shapes`) priced by the per-class fit (by the pooled fit before there is one)."""
+        passes (:func:`pass_shapes`) priced by the per-class fit (by the pooled fit before there is one),
+        a decode with a prompt chunk scaled by :attr:`chunk_bias`."""
         shapes = pass_shapes(entries)
+        seconds = self._price(shapes)
+        return seconds * self.chunk_bias if any(rows > 1 for rows, _, _ in shapes) else seconds
+
+    def _price(self, shapes: Sequence[Pass]) -> float:
+        """The passes ``shapes`` priced by the per-class fit (by the pooled fit before there is one)."""
         classed = self.classed_fit()
         if classed is None:
             return self.seconds(sum(p[1] for p in shapes), len(shapes), sum(p[2] for p in shapes))
