@@ -5,7 +5,6 @@ security are in test_rpc_security.py, the commands and scale-out in test_rpc_com
 from __future__ import annotations
 
 import asyncio
-import functools
 import pathlib
 import subprocess
 import sys
@@ -16,11 +15,9 @@ import grpc
 import pytest
 
 from wasinn_host import ModelRegistry, RunOptions, WasiNN
-from wasinn_host.core import inference
 from wasinn_host.core.errors import ErrorKind, WasiNNError
 from wasinn_host.core.generation import StopReason
 from wasinn_host.core.inference import InferenceContext
-from wasinn_host.core.scheduling.stream_feed import StreamFeed
 from wasinn_host.launch.runner import run_instances
 from wasinn_host.rpc import stream_push
 from wasinn_host.rpc.messages import SESSION_KEY, host, host_grpc, nn, nn_grpc
@@ -106,8 +103,9 @@ def test_stream_pieces_are_pushed_as_they_are_sampled(
     registry: ModelRegistry, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, stream_runs_ahead: None
 ) -> None:
     """Against wasinn serve, a stream is one StreamSingle call: the server pushes each token's piece (here
-    16, the job paused at its lookahead until the guest's reports came, then the next job's 7), the client
-    reports the steps its guest took, and the end comes with one ComputeSingleOutput: no call a token."""
+    all 23 in its first message: a pushed stream's job samples ``PUSH_LOOKAHEAD`` ahead, where an in-process
+    stream's would have paused at ``LOOKAHEAD``, 16, until the guest's reports came), the client reports
+    the steps its guest took, and the end comes with one ComputeSingleOutput: no call a token."""
     calls: list[str] = []
     _count_calls(monkeypatch, calls, "ComputeSingle", "ComputeSingleOutput", "GetOutputSingle", "StreamSingle")
     pushed: list[int] = []
@@ -133,7 +131,7 @@ def test_stream_pieces_are_pushed_as_they_are_sampled(
         with client.session("succ") as session:
             assert b"".join(session.stream("abc")) == b"defghijklmnopqrstuvwxyz"
         assert calls == ["StreamSingle", "ComputeSingleOutput"]
-        assert (sum(pushed), sum(reported)) == (23, 23)
+        assert (pushed[0], sum(pushed), sum(reported)) == (23, 23, 23)
     finally:
         client.close()
         srv.stop(1)
@@ -145,7 +143,7 @@ def test_a_job_paused_before_the_guest_reported_goes_on_after_its_report(
     """A server whose streams sample fewer tokens ahead than the client takes between two reports: each
     job pauses with the guest's steps not reported; the server says so, the client reports before it waits,
     and the stream goes on, the same text."""
-    monkeypatch.setattr(inference, "StreamFeed", functools.partial(StreamFeed, 3))
+    monkeypatch.setattr(stream_push, "PUSH_LOOKAHEAD", 3)
     calls: list[str] = []
     _count_calls(monkeypatch, calls, "StreamSingle", "ComputeSingleOutput")
     srv = serve(registry, tmp_path / "nn.sock")

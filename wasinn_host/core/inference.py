@@ -33,7 +33,7 @@ from .registry import LoadedModel, ModelRegistry
 from .rerank import parse_rerank_input
 from .scheduling.ngram_drafts import draft_settings
 from .scheduling.scheduler import ContextState
-from .scheduling.stream_feed import Outlook, StreamFeed
+from .scheduling.stream_feed import LOOKAHEAD, Outlook, StreamFeed
 from .tts.graph import FileAccess, save_speech, speak, tts_model_params, tts_prompt
 from .utf8_pieces import PieceJoiner
 
@@ -162,6 +162,7 @@ class InferenceContext:
         "_joiner",
         "_feed",
         "stream_listener",
+        "stream_lookahead",
         "_embedding",
         "streaming",
         "closed",
@@ -200,6 +201,9 @@ class InferenceContext:
         """The tokens the stream's job sampled ahead of the guest (:mod:`.scheduling.stream_feed`)."""
         self.stream_listener: Callable[[], None] | None = None
         """Given to each stream feed (:attr:`.StreamFeed.listener`): a server pushing the stream wakes by it."""
+        self.stream_lookahead = LOOKAHEAD
+        """Each stream job's lookahead (:attr:`.StreamFeed.lookahead`): a server pushing the stream sets a
+        longer one (:data:`~wasinn_host.rpc.stream_push.PUSH_LOOKAHEAD`)."""
         self._embedding: array[float] | None = None
         self.streaming = False
         self.closed = False
@@ -472,7 +476,7 @@ class InferenceContext:
         """Start the stream's next job from the tokens the guest has seen; its feed."""
         prompt = self._checked_prompt()
         request = self._request(prompt + self.output_tokens, limit=INT32_MAX, streaming=True, reset_sampler=first)
-        self._feed = feed = StreamFeed(listener=self.stream_listener)
+        self._feed = feed = StreamFeed(self.stream_lookahead, listener=self.stream_listener)
         self.model.worker.start_stream(request, self.state, feed)
         return feed
 
@@ -703,6 +707,7 @@ class InferenceContext:
         self._joiner = None
         self._feed = None if fed is None else StreamFeed.resumed(fed)
         self.stream_listener = None
+        self.stream_lookahead = LOOKAHEAD
         if held is not None:
             self._joiner = PieceJoiner()
             self._joiner.held = held

@@ -40,9 +40,14 @@ from ..core.scheduling.stream_feed import LOOKAHEAD, Outlook
 from ..ephemeral.execution import ExecutionContext
 from .messages import host
 
-ACK_EVERY = LOOKAHEAD // 2
-"""Pieces a client's guest takes between two reports: half the job's lookahead, so the job never waits
-for a report while the guest keeps reading."""
+ACK_EVERY = LOOKAHEAD
+"""Pieces a client's guest takes between two reports (a report is a message to the server, which wakes
+two of its threads: fewer of them leave the cores to llama.cpp)."""
+PUSH_LOOKAHEAD = 2 * LOOKAHEAD
+"""A pushed stream's lookahead (its jobs' :attr:`.StreamFeed.lookahead`).  The server takes a token only
+once the client reports it, so the tokens its job has sampled ahead of what it took include the pieces
+in flight and those the guest took since the client's last report (up to :data:`ACK_EVERY`): with an
+in-process stream's lookahead the job paused every few tokens until a report came."""
 GATHER_S = 0.004
 """After a message, the server gathers the pieces that come for this long before it sends the next (one
 message, one wake of the client, for several tokens: gRPC's cost per message is the cost of pushing) ..."""
@@ -108,7 +113,7 @@ class PushSender:
             if outlook is Outlook.PAUSED and self.taken == self.sent and not self._draining:
                 outlook = self._open()  # the guest took every token of the paused job: the next job
             ahead = self.sent - self.taken
-            ready = self._ready_pieces(ahead + LOOKAHEAD)[ahead:]
+            ready = self._ready_pieces(ahead + PUSH_LOOKAHEAD)[ahead:]
             if self._draining:  # the client closes the call once its guest took what is sampled
                 outlook = Outlook.ENDS
             said = None if outlook is Outlook.RUNNING else outlook
@@ -127,6 +132,7 @@ class PushSender:
         this sender its stream's listener."""
         inner: Any = self.ctx.inner  # taken back from the spill store if it went there
         inner.stream_listener = self._wake.set
+        inner.stream_lookahead = PUSH_LOOKAHEAD
         return inner
 
     def _open(self) -> Outlook:
@@ -167,6 +173,7 @@ class PushSender:
         inner: Any = self.ctx.inner
         if getattr(inner, "stream_listener", None) is not None:
             inner.stream_listener = None
+            inner.stream_lookahead = LOOKAHEAD
 
 
 class PushReceiver:
