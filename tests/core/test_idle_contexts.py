@@ -117,6 +117,34 @@ def test_five_thousand_held_contexts_cost_under_300_bytes_each(nn: WasiNN) -> No
     assert model.refs == refs - total - 1 == 0  # the graph held the last one
 
 
+def test_a_model_loaded_for_n_guests_keeps_each_ones_sequence_between_requests(
+    nn: WasiNN, registry: ModelRegistry
+) -> None:
+    """A model loaded for 24 guests at once (``expect_guests``, as ``wasinn run --instances 24`` says) keeps
+    24 idle contexts' sequences, not ``WARM_CONTEXTS``: 24 sessions that answered once, asked the same
+    again in the reverse order, each decode only their prompt's last token again.  With 16 kept, the 8
+    oldest gave up their sequences, and each asked again took the lowest free one: another's cells."""
+    config = {"temp": 0, "n-predict": 2, "ctx-size": 96}  # a model instance of its own, loaded below
+    prompts = [f"{chr(97 + i)}bcdefgh" for i in range(24)]
+    registry.expected_sequences = 24
+    try:
+        sessions = [nn.session("succ", config) for _ in prompts]
+    finally:
+        registry.expected_sequences = 0
+    try:
+        first = [session.complete(prompt) for session, prompt in zip(sessions, prompts)]
+        assert first == [successor_text(prompt)[:2] for prompt in prompts]
+        worker = sessions[0]._context.model.worker  # type: ignore[attr-defined]
+        assert len(worker.slots) >= 24
+        decoded = worker.prompt_tokens_decoded
+        again = [session.complete(prompt) for session, prompt in reversed(list(zip(sessions, prompts)))]
+        assert again[::-1] == first
+        assert (worker.prompt_tokens_decoded - decoded, worker.evictions) == (24, 0)
+    finally:
+        for session in sessions:
+            session.close()
+
+
 def test_the_per_store_limit_still_answers_busy(nn: WasiNN) -> None:
     guest = AbiGuest.create(WasiNN(registry=nn.registry, limits=Limits(max_contexts_per_store=3)))
     graph = guest.load_by_name("succ", ONE_THREAD)[1]

@@ -34,7 +34,7 @@ from .errors import ErrorKind, WasiNNError
 from .prompt_cache.cache import PromptCache, model_identity
 from .runtime import MAX_DEFAULT_CTX, KvLayout, Model, Runtime
 from .scheduling.context_growth import Growth, spare_core
-from .scheduling.scheduler import ModelWorker
+from .scheduling.scheduler import WARM_CONTEXTS, ModelWorker
 
 log = logging.getLogger("wasinn_host")
 
@@ -156,6 +156,7 @@ def _open_model(
         prompt_cache=cache,
         prefill_step_budget=params.prefill_step_budget,
         logits_rows=params.decode_logits_rows,
+        warm_contexts=max(WARM_CONTEXTS, min(expected, layout.n_seq)),
     )
     log.info(
         "loaded model %s from %s in %.0f ms (%s; %d sequences x %d tokens%s; %d threads)",

@@ -89,7 +89,9 @@ None if there is no room for even one more sequence."""
 
 WARM_CONTEXTS = 16
 """Idle execution contexts per model that keep their sampler and their claim on a sequence; beyond
-them the least recently used one gives both up (see :meth:`ModelWorker._went_idle`)."""
+them the least recently used one gives both up (see :meth:`ModelWorker._went_idle`).  A model loaded
+for N guests at once (``wasinn run --instances N``, :meth:`.WasiNN.expect_guests`) keeps N, so that
+each guest finds its sequence where it left it between two requests."""
 
 
 SINK_WAIT_S = 0.005
@@ -133,6 +135,7 @@ class ModelWorker:
         prompt_cache: ModelPromptCache | None = None,
         prefill_step_budget: float = prefill_budget.DEFAULT_STEP_BUDGET,
         logits_rows: int = decode_parts.DEFAULT_LOGITS_ROWS,
+        warm_contexts: int = WARM_CONTEXTS,
     ) -> None:
         self.model = model
         self.context = context
@@ -186,7 +189,8 @@ class ModelWorker:
         self._releases: list[ContextState] = []
         self._idle: collections.OrderedDict[ContextState, None] = collections.OrderedDict()
         """Contexts whose last request is done and that still hold a sampler or a slot, least recently used first."""
-        self.warm_contexts = WARM_CONTEXTS
+        self.warm_contexts = warm_contexts
+        """Idle contexts that keep their sampler and their claim on a sequence (:meth:`_went_idle`)."""
         self.evictions = 0
         """Idle contexts that gave up their sampler and slot (:meth:`_went_idle`)."""
         self._cv = threading.Condition()
