@@ -33,7 +33,7 @@ refused.  Printed: how many were refused at their first step (``compute_single``
 for the admitted ones tokens per second (from start to last token, and from first to last token):
 median, min, max and max/median.
 
-Usage: ``python scripts/benchmarks/bench_mixed_load.py [--runs 1] [--unchunked] [--threads 2] [--budget 8]
+Usage: ``python scripts/benchmarks/bench_mixed_load.py [--runs 1] [--unchunked] [--threads 2] [--budget 7]
 [--streams 7] [--stream-tokens 160] [--long-tokens 2300] [--fairness [--guests 64] [--max-queue 16]]``.
 Take figures on an idle machine: a process sharing the cores makes every gap longer and far noisier.
 """
@@ -361,7 +361,10 @@ def main() -> int:
     parser.add_argument("--unchunked", action="store_true", help="also run the mixed load with the budget off")
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads (default 2)")
     parser.add_argument(
-        "--budget", type=float, default=DEFAULT_STEP_BUDGET, help="prefill-step-budget of the chunked runs (default 8)"
+        "--budget",
+        type=float,
+        default=DEFAULT_STEP_BUDGET,
+        help=f"prefill-step-budget of the chunked runs (default {DEFAULT_STEP_BUDGET:g}, the key's)",
     )
     parser.add_argument("--streams", type=int, default=7, help="streaming guests (default 7)")
     parser.add_argument("--stream-tokens", type=int, default=160, help="tokens each stream generates (default 160)")

@@ -14,13 +14,14 @@ from .preload import Target
 DEFAULT_SEED = 0xFFFF_FFFF
 POOLING_RANK = 4
 """llama.cpp's ``LLAMA_POOLING_TYPE_RANK``: a reranker's classification head scores each sequence."""
-DEFAULT_STEP_BUDGET = 8.0
+DEFAULT_STEP_BUDGET = 7.0
 """A step with prompt tokens costs at most this many times a decode step of the generating guests.
-Measured with ``bench_mixed_load.py`` (2-core AVX-512 machine, 7 streams + a 2,300-token prompt, medians
-of 5): 8 cuts the streams' p99 gap from 1,017 to 178 ms and their longest from 2,072 to 292 ms, with
-their median 27 ms (20 unchunked), and delays the long prompt's first token 1.82x.  No budget keeps both
-p99/p50 within 3 and the delay within 1.5x on a CPU (docs/benchmarks-history.md says why); 8 misses each by
-about as much (3 gives p99/p50 1.5 and a 2.3x delay, 12 gives 9.6 and 1.6x)."""
+``bench_mixed_load.py`` (2-core Intel Xeon, 7 streams + a 2,300-token prompt, 6 runs each alternating,
+2026-11-28): 7 gives the streams' gap p99/p50 7.1 (6.3-11.3), the long prompt's first token 6.9 s and
+llama.cpp 10.9 s; 8 gives 8.1 (7.6-12.3), 7.2 s and 11.3 s.  The planner aims at the budget and its cost
+model misses by 10-20 %, so a budget at the p99/p50 a user wants (8) lands above it as often as below.
+Before the planner took 64-row chunks late in a long prompt (prefill_budget.py), 7 fell into flash
+attention's slow path (llama.cpp's time 2.1x); earlier figures: docs/benchmarks-history.md."""
 DEFAULT_LOGITS_ROWS = 0
 """Rows of logits one ``llama_decode`` computes at most by default (``decode-logits-rows``): no cap.
 Measured with 32 Gemma 3 guests on 2 cores, a cap of 16 lowered the peak RSS by 33 MiB (+21.3 % to
