@@ -184,3 +184,30 @@ def test_late_in_a_long_prompt_a_chunk_of_the_cheap_class_goes_a_little_over_the
     monkeypatch.setattr(prefill_budget, "CHEAPER_CLASS", 1e9)  # without the rule: what fits the limit
     (within,) = prompt_takes(SEVEN_LATE, [(7, 9000, 5000)], 505, cost, limit)
     assert within < 64 and cost.step_seconds(SEVEN_LATE, [(7, within, 5000)])[0] <= limit * (1 + 1e-9)
+
+
+def test_a_take_just_under_a_class_no_decode_priced_tries_that_class() -> None:
+    """Chunks of up to 63 rows priced, none of 64 or more: a take of 60 within the limit becomes 65 (one
+    over 64, so its pass is of that class beside the streams), at most OVER_LIMIT over, so the next steps
+    know what 64 rows cost; a take far below the edge stays; once 64 rows are priced, the planner chooses
+    by their price (here a chunk of that class within the limit: its cells cost a tenth)."""
+    cost = StepCost()
+    for round_ in range(6):
+        for chunk in (1, 3, 6, 12, 24, 48, 63):
+            for entries in (SEVEN_LATE, [*SEVEN_LATE, (7, chunk, 100 * round_)]):
+                cost.record_passes(pass_shapes(entries), weights_bound(pass_shapes(entries)))
+    assert cost.classed_fit() is not None and cost.knows(63) and not cost.knows(64)
+
+    def take_within(rows: int) -> tuple[int, float]:
+        limit = cost.step_seconds(SEVEN_LATE, [(7, rows, 300)])[0]
+        return prompt_takes(SEVEN_LATE, [(7, 2000, 300)], 505, cost, limit)[0], limit
+
+    tried, limit = take_within(60)
+    assert tried == 65 and cost.step_seconds(SEVEN_LATE, [(7, tried, 300)])[0] <= (1 + OVER_LIMIT) * limit
+    assert take_within(20)[0] == 20
+    for entries in (SEVEN_LATE, [*SEVEN_LATE, (7, 65, 300)]):
+        for _ in range(4):
+            cost.record_passes(pass_shapes(entries), weights_bound(pass_shapes(entries)))
+    again, limit = take_within(60)
+    assert cost.knows(64) and again >= 64
+    assert cost.step_seconds(SEVEN_LATE, [(7, again, 300)])[0] <= limit * (1 + 1e-9)

@@ -49,6 +49,9 @@ CHEAPER_CLASS = 4.0
 to take it (:func:`_most_within`) ..."""
 OVER_LIMIT = 0.25
 """... and by how much of the limit at most."""
+EXPLORE_NEAR = 0.75
+"""A take at least this share of the next row class's edge tries that class when no decode has priced it
+(:func:`_cheaper_class`)."""
 MAX_HOLD_S = 0.01
 """The longest a step with prompt tokens waits for paused streams to ask for their next token."""
 
@@ -174,16 +177,29 @@ def _most_within(base: list[Entry], chunks: list[Entry], prompt: Entry, cost: St
                     best, best_rate = low, rate
                 break
         top = low_edge - 1
-    return _cheaper_class(best, most, seconds, limit * (1.0 + OVER_LIMIT), cost.knows)
+    ceiling = limit * (1.0 + OVER_LIMIT)
+    return _cheaper_class(best, most, seconds, ceiling, cost.knows, cost.classed_fit() is not None)
 
 
 def _cheaper_class(
-    take: int, most: int, seconds: Callable[[int], float], ceiling: float, known: Callable[[int], bool]
+    take: int,
+    most: int,
+    seconds: Callable[[int], float],
+    ceiling: float,
+    known: Callable[[int], bool],
+    classed: bool = False,
 ) -> int:
     """The smallest take above ``take`` (and at most ``most``) at a row class's edge whose step costs at
     most ``ceiling`` and whose tokens cost at most :data:`CHEAPER_CLASS` th of ``take``'s each beyond the
     step without the prompt (``seconds`` of a take), by a price the decodes have shown (``known``: of a
-    pass of that many rows, not the pooled fit's guess); ``take`` if none does."""
+    pass of that many rows, not the pooled fit's guess); ``take`` if none does.
+
+    And where the per-class fit prices classes (``classed``) but not the next one above ``take``, and
+    ``take`` is at least :data:`EXPLORE_NEAR` of that class's edge, the edge is tried (one row over it, so
+    that the pass is of that class even when the chunk's first row rides in the generating sequences'
+    pass) if it fits ``ceiling``: otherwise a long prompt whose first chunks were cut just under 64 rows
+    never learns what 64 cost, and goes on in the scalar class with chunks ever smaller (seen: chunks of
+    63 rows, then of 15 for the rest of a 2,300-token prompt, 29 s to its first token against 7)."""
     if take <= 0:
         return take
     alone = seconds(0)
@@ -191,6 +207,10 @@ def _cheaper_class(
     low_edge = 1 << row_class(take)
     while low_edge * 2 <= most:
         low_edge *= 2
+        if classed and not known(low_edge) and take >= EXPLORE_NEAR * low_edge:
+            edge = min(low_edge + 1, most)
+            if seconds(edge) <= ceiling:
+                return edge
         for edge in (low_edge, low_edge + 1):
             if edge > most or not known(edge) or (step := seconds(edge)) > ceiling:
                 continue
