@@ -70,6 +70,59 @@ def test_one_job_serves_a_whole_stream_without_timed_waits(
     worker.close()
 
 
+def test_a_stream_interval_wakes_its_guest_for_the_first_token_then_every_interval_and_at_the_end() -> None:
+    """With ``stream-interval`` 3 a waiting guest is woken by the first token, then by every third (the
+    feed's phase moves which), by a full lookahead and by the stream's end; the others wait in the feed."""
+    token = GenerationResult(generated=[1], stop_reason=StopReason.TOKEN)
+    feed = StreamFeed(16, interval=3)
+    feed._phase = 0
+    due = []
+    for _ in range(7):
+        due.append(feed.due(token))
+        feed.put(token)
+    assert due == [True, False, True, False, False, True, False]
+    assert feed.due(GenerationResult(stop_reason=StopReason.EOS)) and feed.backlog == 7
+    shifted = StreamFeed(16, interval=3)
+    shifted._phase = 1
+    due = []
+    for _ in range(5):
+        due.append(shifted.due(token))
+        shifted.put(token)
+    assert due == [True, True, False, False, True]
+    full = StreamFeed(4, interval=8)  # at most the lookahead: the job never pauses for a guest left waiting
+    assert full.interval == 4
+    assert StreamFeed(16, interval=99).interval == 8 and StreamFeed(16).interval == 1
+
+
+def test_a_stream_interval_wakes_the_guest_once_for_several_tokens_and_changes_no_token(
+    fake_model: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A guest streaming with an interval of 4 waits about once every 4 tokens (one wait a token with
+    an interval of 1) and gets the tokens and the end a compute gives."""
+    waits: list[int] = []
+    wait = StreamFeed._wait
+
+    def counted(self: StreamFeed) -> None:
+        waits.append(self.interval)
+        wait(self)
+
+    monkeypatch.setattr(StreamFeed, "_wait", counted)
+    texts = {}
+    for interval in (1, 4):
+        worker = make_worker(fake_model, delay=0.002)
+        feed = StreamFeed(16, interval=interval)
+        worker.start_stream(request("f", limit=1 << 30, streaming=True, reset_sampler=True), ContextState(), feed)
+        pieces = []
+        while (item := feed.take()) is not None:
+            pieces.append(bytes(item.text).decode())
+        texts[interval] = "".join(pieces)
+        worker.close()
+    tokens = len(successor_text("f")) + 1
+    assert texts[1] == texts[4] == successor_text("f") + "</s>"
+    assert waits.count(1) >= tokens - 2
+    assert 2 <= waits.count(4) <= tokens // 4 + 3
+
+
 def test_a_guest_that_stops_reading_pauses_its_stream_at_the_lookahead(fake_model: pathlib.Path) -> None:
     """A guest that takes nothing: its job samples 5 tokens and ends, giving its sequence up (the
     sampler kept, mid-stream); once the guest has taken those, the next job goes on from them, and the
@@ -225,6 +278,48 @@ def test_where_llama_cpp_takes_every_core_no_decode_starts_before_the_woken_gues
         assert [texts[i] for i in range(len(prompts))] == [successor_text(p) + "</s>" for p in prompts]
         assert worker.guests_awaited > 0 and out_early == []
         assert worker.late_guests == 0
+    finally:
+        worker.close()
+
+
+def test_the_awaited_guests_run_one_after_another(fake_model: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker wakes the streaming guests it waits for one at a time, each as the one before asks for
+    its next token: no two of them handle a token at once (past the stream's start, when the guests were
+    not waiting yet, and its end, which wakes at once), and the texts are those of a compute."""
+    from wasinn_host.core.scheduling import scheduler
+
+    monkeypatch.setattr(scheduler, "GUESTS_BACK_MIN_S", 30.0)
+    monkeypatch.setattr(scheduler, "GUESTS_BACK_MAX_S", 30.0)
+    worker = make_worker(fake_model, delay=0.001)
+    worker._await_guests = True
+    lock = threading.Lock()
+    active = [0, 0]  # now, most
+    texts: dict[int, str] = {}
+
+    def guest(index: int, feed: StreamFeed) -> None:
+        out: list[str] = []
+        while (item := feed.take()) is not None:
+            counted = len(out) >= 2 and item.stop_reason is StopReason.TOKEN  # not the start nor the end
+            with lock:
+                active[0] += counted
+                active[1] = max(active)
+            threading.Event().wait(0.002)  # lets the interpreter go: woken together, the others would run now
+            with lock:
+                active[0] -= counted
+            out.append(item.text.decode())
+        texts[index] = "".join(out)
+
+    prompts = ["f", "hello", "abc"]
+    feeds = [stream(worker, ContextState(), prompt, True, 16) for prompt in prompts]
+    threads = [threading.Thread(target=guest, args=(i, feed)) for i, feed in enumerate(feeds)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    try:
+        assert [texts[i] for i in range(len(prompts))] == [successor_text(p) + "</s>" for p in prompts]
+        assert worker.guests_awaited > len(prompts) and worker.late_guests == 0
+        assert active[1] == 1
     finally:
         worker.close()
 

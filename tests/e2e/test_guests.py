@@ -71,3 +71,19 @@ def test_streamed_pieces_equal_the_non_streaming_output(nn: WasiNN, tmp_path: pa
     _, whole, _ = run_guest(nn, tmp_path, "complete", ["succ", prompt], env={"temp": "0"})
     _, streamed, _ = run_guest(nn, tmp_path, "chat", ["succ"], stdin=prompt + "\n", env={"temp": "0"})
     assert whole.removesuffix("</s>\n") == streamed.removesuffix("\n")  # the streaming guest skips the EOG piece
+
+
+def test_a_stream_interval_changes_no_streamed_text(nn: WasiNN, tmp_path: pathlib.Path) -> None:
+    """The chat guest streaming with ``stream-interval`` 4 (woken for 4 tokens at a time) prints what it
+    prints with the default, and the key is checked like every other."""
+    stdin = "hello\nJim\n"
+    _, every, _ = run_guest(nn, tmp_path, "chat", ["succ"], stdin=stdin, env={"temp": "0"})
+    code, batched, err = run_guest(
+        nn, tmp_path, "chat", ["succ"], stdin=stdin, env={"WASINN_CONFIG": '{"temp": 0, "stream-interval": 4}'}
+    )
+    assert code == 0, err
+    assert batched == every == successor_text("hello") + "\n" + successor_text("Jim") + "\n"
+    code, _, err = run_guest(
+        nn, tmp_path, "chat", ["succ"], stdin=stdin, env={"WASINN_CONFIG": '{"stream-interval": 9}'}
+    )
+    assert code == 1 and "returned 1" in err  # invalid argument at load

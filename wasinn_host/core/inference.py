@@ -476,7 +476,9 @@ class InferenceContext:
         """Start the stream's next job from the tokens the guest has seen; its feed."""
         prompt = self._checked_prompt()
         request = self._request(prompt + self.output_tokens, limit=INT32_MAX, streaming=True, reset_sampler=first)
-        self._feed = feed = StreamFeed(self.stream_lookahead, listener=self.stream_listener)
+        self._feed = feed = StreamFeed(
+            self.stream_lookahead, listener=self.stream_listener, interval=self.params.options.stream_interval
+        )
         self.model.worker.start_stream(request, self.state, feed)
         return feed
 

@@ -32,6 +32,7 @@ from .kv_types import ACCEPTED as KV_TYPES_ACCEPTED
 from .kv_types import is_kv_type, kv_type
 from .params import (  # noqa: F401
     DEFAULT_SEED,
+    MAX_STREAM_INTERVAL,
     POOLING_RANK,
     SPEC_TYPES,
     ContextParams,
@@ -193,6 +194,14 @@ _KEYS: tuple[KeySpec, ...] = (
     KeySpec("priority", int, "options", "priority", _between(-100, 100), "-100 to 100 (higher runs first)"),
     KeySpec(
         "queue-timeout-ms", int, "options", "queue_timeout_ms", _at_least(-1), ">= -1 (-1 = host default, 0 = none)"
+    ),
+    KeySpec(
+        "stream-interval",
+        int,
+        "options",
+        "stream_interval",
+        _between(1, MAX_STREAM_INTERVAL),
+        f"1 to {MAX_STREAM_INTERVAL} (tokens a streaming guest is woken for at once)",
     ),
     KeySpec(
         "embd-normalize",

@@ -170,6 +170,11 @@ class StopParams:
     stream_stdout: bool = False
 
 
+MAX_STREAM_INTERVAL = 8
+"""The ``stream-interval`` key's upper bound: half a stream's lookahead (16 tokens), so that a stream's job
+never pauses for a guest that waits to be woken."""
+
+
 @dataclass(frozen=True)
 class PromptOptions:
     """Per-context prompt handling, scheduling and embedding options."""
@@ -182,6 +187,9 @@ class PromptOptions:
     priority: int = 0
     queue_timeout_ms: int = -1
     """-1: the host's default (``Limits.queue_timeout_ms``)."""
+    stream_interval: int = 1
+    """A guest streaming with ``compute_single`` is woken once this many tokens are ready (1 to 8; the first
+    token and the end at once): fewer thread hand-offs a token, tokens in bursts."""
     embd_normalize: int = 2
     image: str = ""
     """An image file for the next prompt, as the guest named it (its front end resolves and reads it)."""

@@ -967,8 +967,9 @@ class ModelWorker:
 
         With ``await_guests`` (llama.cpp's threads take every core: :attr:`_await_guests`), the worker
         then waits for the guests it woke to come back for their next token (:class:`.GuestsBack`), at
-        most :func:`guests_deadline`, so that they run before the decode instead of beside it.  A guest
-        that misses the deadline :data:`~.stream_feed.LATE_AFTER` times in a row is not waited for again."""
+        most :func:`guests_deadline`, so that they run before the decode instead of beside it, one after
+        another.  A guest that misses the deadline :data:`~.stream_feed.LATE_AFTER` times in a row is not
+        waited for again."""
         deliveries, self._deliveries = self._deliveries, []
         woken: dict[int, StreamFeed] = {}
         if await_guests:
@@ -978,20 +979,22 @@ class ModelWorker:
                     and item.stop_reason is StopReason.TOKEN
                     and feed.waiting
                     and not feed.late
+                    and feed.due(item)
                 ):
                     woken[id(feed)] = feed
         back = self._guests_back
         if woken:
             self.guests_awaited += len(woken)
-            back.expect(len(woken))  # before any of them is woken, so none counts down too early
             for feed in woken.values():
                 feed.comeback = back
         for feed, item in deliveries:
             if isinstance(item, GenerationResult):
                 feed.undelivered -= 1
-                feed.put(item)
+                feed.put(item, wake=id(feed) not in woken)  # the awaited guests are woken in turn, below
             else:
                 feed.close(item[0])
+        if woken:
+            back.start(list(woken.values()))
         if woken and not back.wait(guests_deadline(len(woken))):
             for feed in woken.values():
                 if feed.comeback is None:

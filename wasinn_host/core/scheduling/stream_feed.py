@@ -27,14 +27,18 @@ from __future__ import annotations
 
 import collections
 import enum
+import itertools
 import queue
 import threading
 from typing import Any, Callable
 
+from ..config.params import MAX_STREAM_INTERVAL
 from ..generation import GenerationResult, StopReason
 
 LOOKAHEAD = 16
 """Tokens a stream's job samples at most ahead of its guest before it pauses."""
+_PHASES = itertools.count()
+"""Numbers the feeds, so that streams started together are woken on different steps."""
 
 
 class Outlook(str, enum.Enum):
@@ -55,43 +59,60 @@ a step against 0.14, 1,777 against 2,053 tokens/s, fast-step model, medians of 5
 
 
 class GuestsBack:
-    """The guests a delivery woke, counted down as each comes back for its next token.
+    """The guests a delivery woke, one after another: each wakes the next as it comes back for its next
+    token, the last tells the worker.
 
     Where llama.cpp's threads take every core (a CPU decode), a guest that handles its token while the
     next decode runs takes a core from it, and llama.cpp's threads, which meet at a barrier after every
     graph node, all wait for the one it displaced.  So the worker, having woken the streams' guests,
     waits for them to come back (:meth:`StreamFeed.take` or :meth:`StreamFeed.end`) before it decodes
     again, at most a deadline; on a GPU, or with a core to spare, it does not wait.
+
+    The guests run one at a time: woken together, they pass the interpreter lock to each other at every
+    host call (three or four a token), a futex wake-up and a thread switch each time.
     """
 
-    __slots__ = ("_lock", "_left", "_done")
+    __slots__ = ("_lock", "_left", "_next", "_done")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._left = 0
+        self._next: collections.deque[StreamFeed] = collections.deque()
+        """The feeds whose guests wait for their turn to be woken, in order."""
         self._done: queue.SimpleQueue[None] = queue.SimpleQueue()
 
-    def expect(self, count: int) -> None:
-        """``count`` guests were woken (worker, before waking them)."""
+    def start(self, feeds: list[StreamFeed]) -> None:
+        """Wake the first of ``feeds``' guests (worker; their tokens are in the feeds, put without waking
+        them); each wakes the next as it comes back."""
         with self._lock:
-            self._left = count
+            self._left = len(feeds)
+            self._next = collections.deque(feeds[1:])
+        if feeds:
+            feeds[0].wake()
 
     def back(self) -> None:
-        """One guest came back (guest side)."""
+        """One guest came back (guest side): wake the next, or tell the worker they all came back."""
         with self._lock:
             self._left -= 1
             last = self._left == 0
+            following = self._next.popleft() if self._next else None
+        if following is not None:
+            following.wake()
         if last:
             self._done.put(None)
 
     def wait(self, timeout: float) -> bool:
-        """Wait until every guest came back or ``timeout`` seconds passed; whether they all did."""
+        """Wait until every guest came back or ``timeout`` seconds passed (then the guests not woken yet
+        are woken at once); whether they all came back."""
         try:
             self._done.get(timeout=timeout)
             return True
         except queue.Empty:
             with self._lock:
-                self._left = 0  # the late ones count down nothing: the next expect() starts over
+                self._left = 0  # the late ones count down nothing: the next start() starts over
+                rest, self._next = list(self._next), collections.deque()
+            for feed in rest:
+                feed.wake()
             while not self._done.empty():  # one came back right at the deadline
                 self._done.get_nowait()
             return False
@@ -120,10 +141,21 @@ class StreamFeed:
         "comeback",
         "late",
         "misses",
+        "interval",
+        "_phase",
+        "_puts",
     )
 
-    def __init__(self, lookahead: int = LOOKAHEAD, listener: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, lookahead: int = LOOKAHEAD, listener: Callable[[], None] | None = None, interval: int = 1
+    ) -> None:
         self.lookahead = max(1, lookahead)
+        self.interval = max(1, min(interval, MAX_STREAM_INTERVAL, self.lookahead))
+        """A waiting guest is woken once this many tokens are ready (the first token and the stream's end
+        at once): the ``stream-interval`` key."""
+        self._phase = next(_PHASES) % self.interval
+        self._puts = 0
+        """Tokens put so far (worker only)."""
         self._items: collections.deque[GenerationResult] = collections.deque()
         self._lock = threading.Lock()
         self._wakeups: queue.SimpleQueue[None] = queue.SimpleQueue()
@@ -173,12 +205,24 @@ class StreamFeed:
 
     # -- worker side --------------------------------------------------------------
 
-    def put(self, item: GenerationResult) -> bool:
-        """Hand one token's result to the guest; False once the guest is ``lookahead`` tokens behind."""
+    def due(self, item: GenerationResult) -> bool:
+        """Whether :meth:`put` of ``item`` next wakes a waiting guest: always with an interval of 1; else for
+        the stream's first token, its end, a full lookahead, and every ``interval`` tokens (worker only)."""
+        if self.interval == 1 or item.stop_reason is not StopReason.TOKEN or item.error is not None:
+            return True
+        puts = self._puts + 1
+        return puts == 1 or (puts + self._phase) % self.interval == 0 or len(self._items) + 1 >= self.lookahead
+
+    def put(self, item: GenerationResult, wake: bool = True) -> bool:
+        """Hand one token's result to the guest (waking it when :meth:`due`); False once the guest is
+        ``lookahead`` tokens behind.  ``wake=False``: a waiting guest is left waiting until :meth:`wake`
+        (its turn in :class:`GuestsBack`)."""
+        due = self.due(item) and wake
+        self._puts += 1
         with self._lock:
             self._items.append(item)
             room = len(self._items) < self.lookahead
-            waiters = self._changed()
+            waiters = self._changed() if due else 0
         self._wake(waiters)
         return room
 
@@ -190,20 +234,29 @@ class StreamFeed:
             waiters = self._changed()
         self._wake(waiters)
 
+    def wake(self) -> None:
+        """Wake the threads waiting for tokens :meth:`put` without waking them."""
+        with self._lock:
+            waiters = self._changed()
+        self._wake(waiters)
+
     # -- guest side ---------------------------------------------------------------
 
     def take(self) -> GenerationResult | None:
         """The next token's result, waiting for the job to sample it; None once the job ended and every
-        token it made was taken."""
-        if self.comeback is not None:
-            self._came_back()
+        token it made was taken.  A guest the worker waits for comes back when it has taken every token
+        it was woken for (it waits again, or its stream ended)."""
         while True:
             with self._lock:
                 if self._items:
                     return self._items.popleft()
-                if not self.running:
-                    return None
-                self._waiters += 1
+                running = self.running
+                if running:
+                    self._waiters += 1
+            if self.comeback is not None:
+                self._came_back()
+            if not running:
+                return None
             self._wait()
 
     def peek(self, limit: int) -> list[GenerationResult]:
