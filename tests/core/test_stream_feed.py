@@ -234,18 +234,37 @@ def test_every_thread_waiting_on_a_feed_wakes() -> None:
     assert [item.generated if item is not None else None for item in got] == [[5], None]  # type: ignore[attr-defined]
 
 
+PROMPTS = ["f", "hello", "abc"]
+
+
+def awaiting_worker(fake_model: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> ModelWorker:
+    """A worker that waits for the streaming guests it wakes (as where llama.cpp's threads take every
+    core), with no deadline in the way: the wait itself."""
+    from wasinn_host.core.scheduling import scheduler
+
+    monkeypatch.setattr(scheduler, "GUESTS_BACK_MIN_S", 30.0)
+    monkeypatch.setattr(scheduler, "GUESTS_BACK_MAX_S", 30.0)
+    worker = make_worker(fake_model, delay=0.001)
+    worker._await_guests = True
+    return worker
+
+
+def run_guests(feeds: list[StreamFeed], guest: Any) -> None:
+    """Run ``guest(index, feed)`` for each feed, each on a thread of its own, until all have ended."""
+    threads = [threading.Thread(target=guest, args=(i, feed)) for i, feed in enumerate(feeds)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+
+
 def test_where_llama_cpp_takes_every_core_no_decode_starts_before_the_woken_guests_come_back(
     fake_model: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With llama.cpp's threads on every core, the worker waits for the streaming guests it just woke to
     ask for their next token before it decodes again, so they never run beside a decode; the texts are
     those of a compute."""
-    from wasinn_host.core.scheduling import scheduler
-
-    monkeypatch.setattr(scheduler, "GUESTS_BACK_MIN_S", 30.0)  # no deadline in the way: the wait itself
-    monkeypatch.setattr(scheduler, "GUESTS_BACK_MAX_S", 30.0)
-    worker = make_worker(fake_model, delay=0.001)
-    worker._await_guests = True
+    worker = awaiting_worker(fake_model, monkeypatch)
     feeds: list[StreamFeed] = []
     out_early: list[int] = []
     decode = worker.context.decode
@@ -257,8 +276,7 @@ def test_where_llama_cpp_takes_every_core_no_decode_starts_before_the_woken_gues
     monkeypatch.setattr(worker.context, "decode", checked)
     texts: dict[int, str] = {}
 
-    def guest(index: int, prompt: str) -> None:
-        feed = feeds[index]
+    def guest(index: int, feed: StreamFeed) -> None:
         out = []
         while (item := feed.take()) is not None:
             out.append(item.text.decode())
@@ -266,16 +284,10 @@ def test_where_llama_cpp_takes_every_core_no_decode_starts_before_the_woken_gues
                 pass
         texts[index] = "".join(out)
 
-    prompts = ["f", "hello", "abc"]
-    for prompt in prompts:
-        feeds.append(stream(worker, ContextState(), prompt, True, 16))
-    threads = [threading.Thread(target=guest, args=(i, p)) for i, p in enumerate(prompts)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
+    feeds += [stream(worker, ContextState(), prompt, True, 16) for prompt in PROMPTS]
+    run_guests(feeds, guest)
     try:
-        assert [texts[i] for i in range(len(prompts))] == [successor_text(p) + "</s>" for p in prompts]
+        assert [texts[i] for i in range(len(PROMPTS))] == [successor_text(p) + "</s>" for p in PROMPTS]
         assert worker.guests_awaited > 0 and out_early == []
         assert worker.late_guests == 0
     finally:
@@ -286,12 +298,7 @@ def test_the_awaited_guests_run_one_after_another(fake_model: pathlib.Path, monk
     """The worker wakes the streaming guests it waits for one at a time, each as the one before asks for
     its next token: no two of them handle a token at once (past the stream's start, when the guests were
     not waiting yet, and its end, which wakes at once), and the texts are those of a compute."""
-    from wasinn_host.core.scheduling import scheduler
-
-    monkeypatch.setattr(scheduler, "GUESTS_BACK_MIN_S", 30.0)
-    monkeypatch.setattr(scheduler, "GUESTS_BACK_MAX_S", 30.0)
-    worker = make_worker(fake_model, delay=0.001)
-    worker._await_guests = True
+    worker = awaiting_worker(fake_model, monkeypatch)
     lock = threading.Lock()
     active = [0, 0]  # now, most
     texts: dict[int, str] = {}
@@ -309,16 +316,10 @@ def test_the_awaited_guests_run_one_after_another(fake_model: pathlib.Path, monk
             out.append(item.text.decode())
         texts[index] = "".join(out)
 
-    prompts = ["f", "hello", "abc"]
-    feeds = [stream(worker, ContextState(), prompt, True, 16) for prompt in prompts]
-    threads = [threading.Thread(target=guest, args=(i, feed)) for i, feed in enumerate(feeds)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
+    run_guests([stream(worker, ContextState(), prompt, True, 16) for prompt in PROMPTS], guest)
     try:
-        assert [texts[i] for i in range(len(prompts))] == [successor_text(p) + "</s>" for p in prompts]
-        assert worker.guests_awaited > len(prompts) and worker.late_guests == 0
+        assert [texts[i] for i in range(len(PROMPTS))] == [successor_text(p) + "</s>" for p in PROMPTS]
+        assert worker.guests_awaited > len(PROMPTS) and worker.late_guests == 0
         assert active[1] == 1
     finally:
         worker.close()
