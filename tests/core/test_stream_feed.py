@@ -74,21 +74,20 @@ def test_a_stream_interval_wakes_its_guest_for_the_first_token_then_every_interv
     """With ``stream-interval`` 3 a waiting guest is woken by the first token, then by every third (the
     feed's phase moves which), by a full lookahead and by the stream's end; the others wait in the feed."""
     token = GenerationResult(generated=[1], stop_reason=StopReason.TOKEN)
-    feed = StreamFeed(16, interval=3)
-    feed._phase = 0
-    due = []
-    for _ in range(7):
-        due.append(feed.due(token))
-        feed.put(token)
+
+    def dues(phase: int, puts: int) -> tuple[StreamFeed, list[bool]]:
+        feed = StreamFeed(16, interval=3)
+        feed._phase = phase
+        due = []
+        for _ in range(puts):
+            due.append(feed.due(token))
+            feed.put(token)
+        return feed, due
+
+    feed, due = dues(0, 7)
     assert due == [True, False, True, False, False, True, False]
     assert feed.due(GenerationResult(stop_reason=StopReason.EOS)) and feed.backlog == 7
-    shifted = StreamFeed(16, interval=3)
-    shifted._phase = 1
-    due = []
-    for _ in range(5):
-        due.append(shifted.due(token))
-        shifted.put(token)
-    assert due == [True, True, False, False, True]
+    assert dues(1, 5)[1] == [True, True, False, False, True]
     full = StreamFeed(4, interval=8)  # at most the lookahead: the job never pauses for a guest left waiting
     assert full.interval == 4
     assert StreamFeed(16, interval=99).interval == 8 and StreamFeed(16).interval == 1
