@@ -16,7 +16,7 @@ from wasinn_host.backend.fake import FakeRuntime
 from wasinn_host.core.config.params import ModelParams, SamplingParams, StopParams
 from wasinn_host.core.generation import GenerationRequest, GenerationResult, StopReason
 from wasinn_host.core.runtime import KvLayout
-from wasinn_host.core.scheduling.prefill_budget import step_limit
+from wasinn_host.core.scheduling.prefill_budget import OVER_LIMIT, step_limit
 from wasinn_host.core.scheduling.scheduler import ContextState, ModelWorker
 from wasinn_host.core.scheduling.stream_feed import StreamFeed
 from wasinn_host.testing.successor import successor_tokenize
@@ -138,8 +138,12 @@ def test_while_streams_generate_no_step_exceeds_the_budget(fake_model: pathlib.P
     assert (bytes(long.text), long.stop_reason) == (b"k", StopReason.N_PREDICT)
     mixed = [d for d in recorder.decodes if d.streams == 3 and len(d.counts) > len(d.generating)]
     assert len(mixed) > 401 // (BATCH - 3) + 1, "the long prompt was decoded in chunks while the streams generated"
+    edges = {1 << k for k in range(12)} | {(1 << k) + 1 for k in range(12)}
     for decode in mixed:
-        assert decode.seconds <= 3.0 * decode.plain * (1 + 1e-9), decode
+        # a chunk at a row class's edge may go a quarter over: the class is cheaper a token, or unpriced yet
+        rows = sum(n for _, n in decode.counts) - sum(n for _, n in decode.generating)
+        over = 1 + OVER_LIMIT if rows in edges else 1.0
+        assert decode.seconds <= 3.0 * decode.plain * over * (1 + 1e-9), decode
     assert max(sum(n for _, n in d.counts) for d in mixed) < BATCH
     assert worker.capped_prompt_steps >= len(mixed) - 1
 
