@@ -33,7 +33,7 @@ from ..core.config.keys import EMPTY_CONFIG, parse_config
 from ..core.config.limits import Limits
 from ..core.config.preload import Target
 from ..core.errors import ErrorKind, WasiNNError, invalid
-from ..guest import fast_calls
+from ..guest import fast_calls, variant_scratch
 from ..guest.files import with_guest_projector
 from ..guest.metadata import metadata_json
 from ..guest.stdout import PieceSink, inherited_stdout
@@ -143,6 +143,7 @@ class WitNNImports:
     def add_to_linker(self, linker: cm.Linker) -> None:
         """Define the four ``wasi:nn`` interfaces of every served version on ``linker`` (usable with many
         Stores)."""
+        variant_scratch.install()  # guests in threads of their own lower variants at once
 
         def add_fast_func(instance: cm.LinkerInstance, name: str, func: Callable[..., Any]) -> None:
             if self.fast_lists:
