@@ -226,7 +226,8 @@ def mixed_run(
         streams = []
 
     def send_long() -> None:
-        while any(len(s.pieces) < args.start_after for s in streams) and not any(s.code for s in streams):
+        # until every stream has its first tokens (or has ended: a failed one is reported below)
+        while any(len(s.pieces) < args.start_after and not s.ended for s in streams):
             time.sleep(0.001)
         with tempfile.TemporaryDirectory() as tmp:
             run_guest(nn, module, long, conf, Path(tmp))

@@ -140,7 +140,7 @@ def test_while_streams_generate_no_step_exceeds_the_budget(fake_model: pathlib.P
     assert len(mixed) > 401 // (BATCH - 3) + 1, "the long prompt was decoded in chunks while the streams generated"
     edges = {1 << k for k in range(12)} | {(1 << k) + 1 for k in range(12)}
     for decode in mixed:
-        # a chunk at a row class's edge may go a quarter over: the class is cheaper a token, or unpriced yet
+        # a chunk at a row class's edge may go OVER_LIMIT over: the class is cheaper a token, or unpriced yet
         rows = sum(n for _, n in decode.counts) - sum(n for _, n in decode.generating)
         over = 1 + OVER_LIMIT if rows in edges else 1.0
         assert decode.seconds <= 3.0 * decode.plain * over * (1 + 1e-9), decode

@@ -7,9 +7,9 @@ limited to what keeps the step within ``multiple`` times the cost of the same st
 (:class:`~.step_cost.StepCost`: passes, tokens and the KV cells they attend, each row class of pass
 at its own price, fitted to its decodes), so a chunk late in a long prompt, whose tokens attend more
 cells, is smaller than an early one, and a chunk is sized so that llama.cpp runs it in a pass of a
-class that costs what its work does (:func:`_most_within`; where only chunks of a class several times
-dearer per token fit, the step takes the smallest chunk of the cheap class instead, up to a quarter
-over the limit).  On a GPU, where a token costs little
+class that costs what its work does (:func:`_most_within`; where only chunks of a class twice as dear
+per token or more fit, the step takes the smallest chunk of the cheap class instead, up to half over
+the limit).  On a GPU, where a token costs little
 beside a pass over the weights, the limit lets whole batches through; on a CPU it cuts a long prompt
 into chunks of a few dozen tokens.  When nobody generates, prompts take the whole batch.
 
@@ -44,11 +44,20 @@ MIN_PROMPT_TOKENS = 1
 MIN_FIT_DECODES = 16
 """Before its worker has made this many decodes, the budget takes a token to cost as much as a pass
 (the cost model's prior): a fit to a handful of decodes may say tokens are free."""
-CHEAPER_CLASS = 4.0
+CHEAPER_CLASS = 2.0
 """How many times cheaper per token a larger row class's chunk must be for a step to go over its limit
-to take it (:func:`_most_within`) ..."""
-OVER_LIMIT = 0.25
-"""... and by how much of the limit at most."""
+to take it (:func:`_most_within`) ...
+
+Flash attention's scalar loop (2-63 rows a sequence) against its tiled pass (64 and more), a prompt at
+position 2,000 on 2-core CPUs: 16 rows 324 ms and 64 rows 182 ms on an Intel Xeon with AMX (7x dearer a
+token), 176 ms and 209 ms on an AMD EPYC with AVX2 (3.4x).  With 4 the AMD machine never took the
+tiled pass late in a long prompt: chunks of 7-15 rows carried its last thousand tokens (mixed-load
+benchmark: llama.cpp's time 1.9-2.4x the same tokens decoded apart, the streams' median gap 4x theirs
+alone)."""
+OVER_LIMIT = 0.5
+"""... and by how much of the limit at most (a quarter stopped 64-row chunks at position 1,500 on the
+AMD machine above, where they cost 190-225 ms beside a 25 ms plain step and a budget of 7: the rest of
+the prompt went in chunks of 7 rows at 10-17 ms a token)."""
 EXPLORE_NEAR = 0.75
 """A take at least this share of the next row class's edge tries that class when no decode has priced it
 (:func:`_cheaper_class`)."""
