@@ -279,7 +279,10 @@ class WasiNN:
     def run(self, module: ModuleSource, args: Sequence[str] = (), options: RunOptions | None = None) -> int:
         """Instantiate ``module`` with WASI and WASI-NN, run ``_start``, return the exit code.
 
-        Raises :class:`GuestError` if the module cannot be loaded or linked, or traps.
+        The guest runs in the calling thread, in Linux's ``SCHED_BATCH`` policy for the run if the thread
+        was in the default one (its wake-ups do not preempt llama.cpp's threads; given back after:
+        :mod:`wasinn_host.core.thread_policy`).  Raises :class:`GuestError` if the module cannot be loaded
+        or linked, or traps.
         """
         return run_guest(self, self.load_guest(module), module, args, options or RunOptions())
 

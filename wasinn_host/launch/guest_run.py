@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 import wasmtime
 import wasmtime.component
 
+from ..core.thread_policy import background
 from ..guest.stdout import GuestStdout, PieceSink
 from ..guest.wasm_errors import first_line
 from ..sockets.shared import ListenerGroup
@@ -88,13 +89,15 @@ def run_guest(
     host: LinkingHost, compiled: Guest, module: ModuleSource, args: Sequence[str], options: RunOptions
 ) -> int:
     """Instantiate ``compiled`` (named ``module`` in its argv) with WASI and WASI-NN, run it, return its
-    exit code; :class:`GuestError` if it cannot be linked or instantiated, or traps."""
+    exit code; :class:`GuestError` if it cannot be linked or instantiated, or traps.  The calling
+    thread runs it as batch work (:func:`~wasinn_host.core.thread_policy.background`)."""
     try:
         stdout = GuestStdout(options.stdout)
     except OSError as exc:
         raise GuestError(f"cannot open the guest's stdout {options.stdout!r}: {exc.strerror or exc}") from None
     try:
-        return _run_in_store(host, compiled, module, args, options, stdout)
+        with background():  # the guest's wake-ups do not preempt llama.cpp's threads (core/thread_policy.py)
+            return _run_in_store(host, compiled, module, args, options, stdout)
     finally:
         stdout.close()  # after the Store: everything the guest and its pieces wrote is in place
 

@@ -44,7 +44,7 @@ import threading
 import time
 from typing import Callable
 
-from .. import heap_trim
+from .. import heap_trim, thread_policy
 from ..errors import ErrorKind, WasiNNError
 from ..generation import GenerationRequest, GenerationResult, StopReason
 from ..prompt_cache.cache import ModelPromptCache
@@ -234,12 +234,15 @@ class ModelWorker:
         """Streams' tokens and ends not handed to their feeds yet (:meth:`_deliver`)."""
         self._guests_back = GuestsBack()
         self._await_guests = not spare_core(context)
-        self.guests_awaited = 0
-        """Streaming guests the worker waited for before a decode (:meth:`_deliver`)."""
         """Wait for the streaming guests woken before a decode to come back first (:meth:`_deliver`):
         llama.cpp's threads take every core (see :func:`.context_growth.spare_core`)."""
+        self.guests_awaited = 0
+        """Streaming guests the worker waited for before a decode (:meth:`_deliver`)."""
         self.late_guests = 0
         """Streaming guests that did not come back by the deadline (:meth:`_deliver`): not waited for again."""
+        self._policy = thread_policy.foreground_policy()
+        """The scheduling policy of the thread that made the worker, before a guest's run moved it to the
+        background (the worker's thread, started from it, would inherit that)."""
         self._thread = threading.Thread(target=self._run, name=f"wasinn-model-{name}", daemon=True)
         self._thread.start()
 
@@ -332,6 +335,7 @@ class ModelWorker:
     # -- worker thread -------------------------------------------------------------
 
     def _run(self) -> None:
+        thread_policy.use_policy(self._policy)
         while True:
             if self._deliveries:  # the tokens sampled last go now, before the worker waits or decodes again
                 began = time.perf_counter()
