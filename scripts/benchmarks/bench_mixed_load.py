@@ -5,7 +5,8 @@ each piece written and flushed to stdout at once) run through one :class:`wasinn
 thread; a reader thread per guest timestamps what arrives on the pipe of its stdout.  The model is the
 random-weight F16 llama of ``bench_host``/``bench_concurrency`` (12 layers, 171 MB, built in a temp dir;
 its context length raised to 4096), greedy, ``ignore-eos``, the byte-fallback and control tokens banned by
-``logit-bias`` so that every token is a visible piece; ``ctx-size`` 2560, ``batch-size`` 512.  A new
+``logit-bias`` so that every token is a visible piece; ``ctx-size`` 2560, ``batch-size`` 512, ``flash-attn``
+``--flash-attn`` (default auto).  A new
 registry per run; before each measured run the fresh model serves ``--streams`` + 1 short guests at once
 (24 tokens), so it has grown to its sequences and fitted its decode cost as a running server would have.
 
@@ -34,7 +35,8 @@ for the admitted ones tokens per second (from start to last token, and from firs
 median, min, max and max/median.
 
 Usage: ``python scripts/benchmarks/bench_mixed_load.py [--runs 1] [--unchunked] [--threads 2] [--budget 7]
-[--streams 7] [--stream-tokens 160] [--long-tokens 2300] [--fairness [--guests 64] [--max-queue 16]]``.
+[--flash-attn auto] [--streams 7] [--stream-tokens 160] [--long-tokens 2300]
+[--fairness [--guests 64] [--max-queue 16]]``.
 Take figures on an idle machine: a process sharing the cores makes every gap longer and far noisier.
 """
 
@@ -103,8 +105,9 @@ class Guest:
         return [(b - a) * 1000.0 for a, b in zip(self.pieces, self.pieces[1:])]
 
 
-def config(threads: int, budget: float, n_parallel: int = 0) -> dict[str, object]:
+def config(threads: int, budget: float, n_parallel: int = 0, flash_attn: str = "auto") -> dict[str, object]:
     made: dict[str, object] = {
+        "flash-attn": flash_attn,
         "temp": 0,
         "ignore-eos": True,
         "ctx-size": CTX_SIZE,
@@ -214,7 +217,7 @@ def mixed_run(
 ) -> Mixed:
     """One run: ``arm`` "mixed" (the streams and the long prompt), "prompt" (the long prompt alone) or
     "streams" (the streams alone)."""
-    conf = config(args.threads, budget)
+    conf = config(args.threads, budget, flash_attn=args.flash_attn)
     nn = fresh_host(model, module, conf, args.streams + 1, Limits())
     rng = random.Random(seed)
     streams = [Guest(letters(rng, 32), args.stream_tokens) for _ in range(args.streams)]
@@ -279,7 +282,8 @@ def mixed(model: Path, module: wasmtime.Module, args: argparse.Namespace) -> Non
     arms = ["mixed", "prompt", "streams"] + (["unchunked"] if args.unchunked else [])
     print(
         f"{args.streams} streams x {args.stream_tokens} tokens + one {args.long_tokens}-token prompt after "
-        f"{args.start_after} tokens, prefill-step-budget {args.budget:g}; the same prompt alone and the "
+        f"{args.start_after} tokens, prefill-step-budget {args.budget:g}, flash-attn {args.flash_attn}; the same "
+        f"prompt alone and the "
         f"same streams alone" + ("; and unchunked (budget 0)" if args.unchunked else ""),
         flush=True,
     )
@@ -322,7 +326,7 @@ def mixed(model: Path, module: wasmtime.Module, args: argparse.Namespace) -> Non
 
 
 def fairness(model: Path, module: wasmtime.Module, args: argparse.Namespace) -> None:
-    conf = config(args.threads, args.budget, args.n_parallel)
+    conf = config(args.threads, args.budget, args.n_parallel, args.flash_attn)
     limits = Limits(max_queue=args.max_queue)
     nn = fresh_host(model, module, conf, min(args.n_parallel, args.guests), limits)
     rng = random.Random(11)
@@ -361,6 +365,12 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1, help="runs of every arm, alternating (default 1)")
     parser.add_argument("--unchunked", action="store_true", help="also run the mixed load with the budget off")
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads (default 2)")
+    parser.add_argument(
+        "--flash-attn",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="the flash-attn key of every arm (default auto, the key's: on for a CPU)",
+    )
     parser.add_argument(
         "--budget",
         type=float,
