@@ -6,9 +6,9 @@ thread; a reader thread per guest timestamps what arrives on the pipe of its std
 random-weight F16 llama of ``bench_host``/``bench_concurrency`` (12 layers, 171 MB, built in a temp dir;
 its context length raised to 4096), greedy, ``ignore-eos``, the byte-fallback and control tokens banned by
 ``logit-bias`` so that every token is a visible piece; ``ctx-size`` 2560, ``batch-size`` 512, ``flash-attn``
-``--flash-attn`` (default auto).  A new
-registry per run; before each measured run the fresh model serves ``--streams`` + 1 short guests at once
-(24 tokens), so it has grown to its sequences and fitted its decode cost as a running server would have.
+as ``--flash-attn`` says (default auto).  A new registry per run; before each measured run the fresh model
+serves ``--streams`` + 1 short guests at once (24 tokens), so it has grown to its sequences and fitted its
+decode cost as a running server would have.
 
 **Mixed load** (default): ``--streams`` (7) guests stream ``--stream-tokens`` (160) tokens after a
 32-letter line; once each has ``--start-after`` (16) tokens, one more guest sends a ``--long-tokens``
@@ -282,9 +282,8 @@ def mixed(model: Path, module: wasmtime.Module, args: argparse.Namespace) -> Non
     arms = ["mixed", "prompt", "streams"] + (["unchunked"] if args.unchunked else [])
     print(
         f"{args.streams} streams x {args.stream_tokens} tokens + one {args.long_tokens}-token prompt after "
-        f"{args.start_after} tokens, prefill-step-budget {args.budget:g}, flash-attn {args.flash_attn}; the same "
-        f"prompt alone and the "
-        f"same streams alone" + ("; and unchunked (budget 0)" if args.unchunked else ""),
+        f"{args.start_after} tokens, prefill-step-budget {args.budget:g}, flash-attn {args.flash_attn}; "
+        f"the same prompt alone and the same streams alone" + ("; and unchunked (budget 0)" if args.unchunked else ""),
         flush=True,
     )
     runs: dict[str, list[Mixed]] = {arm: [] for arm in arms}

@@ -11,9 +11,9 @@ the scheduler's next tick.
 So a guest runs with its thread in ``SCHED_BATCH`` (:func:`background`, around the run: the thread's
 policy is given back after), and a model's worker, whose thread may be started from a guest's, runs in
 the policy that thread had before (:func:`foreground_policy`, :func:`use_policy`), as do the threads
-llama.cpp starts from it.  64 guests streaming 256 tokens each on the fast-step model, 2-core AMD EPYC:
-2,080 -> 2,250 tokens/s (medians of 8 runs, alternating), system CPU time 2.5 -> 0.9 s, involuntary
-context switches 40,000 -> 3,300.
+llama.cpp starts from it.  Guests streaming 256 tokens each on the fast-step model, 2-core AMD EPYC,
+medians of 5 runs alternating: 64 guests 2,135 -> 2,367 tokens/s (system CPU time 2.5 -> 0.9 s,
+involuntary context switches 40,000 -> 3,300), 8 guests 1,486 -> 1,639; computing guests unchanged.
 
 Linux only (``os.sched_setscheduler``); elsewhere, or where the policy cannot be changed, nothing is done.
 A thread already in another policy (a real-time one, ``SCHED_IDLE``, or ``SCHED_BATCH`` set by its
