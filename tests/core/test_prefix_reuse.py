@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any, cast
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from wasinn_host.core.scheduling import prefix_reuse
 from wasinn_host.core.scheduling.prefix_reuse import MIN_SHARED_PREFIX
@@ -92,3 +94,43 @@ def test_common_prefix_of_lists_tuples_and_arrays() -> None:
     assert common_prefix([5, 2], [1, 2]) == 0
     assert common_prefix(array("i", [1, 2, 3]), [1, 2, 3]) == 3
     assert common_prefix([1] * 500 + [2], [1] * 500 + [3]) == 500
+
+
+def naive_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+# token lists over a small alphabet, often sharing a long head (one list made from another)
+tokens_lists = st.lists(st.integers(0, 3), max_size=80)
+
+
+@given(tokens_lists, tokens_lists, st.integers(0, 80), st.booleans())
+def test_common_prefix_and_may_share_agree_with_a_token_by_token_count(
+    a: list[int], tail: list[int], cut: int, as_tuple: bool
+) -> None:
+    from wasinn_host.core.tokens import common_prefix, may_share
+
+    b = a[:cut] + tail
+    shared = naive_prefix(a, b)
+    assert common_prefix(a, tuple(b) if as_tuple else b) == shared
+    for n in range(0, shared + 1):  # never rules out a prefix the two share
+        assert may_share(a, b, n)
+    assert not may_share(a, b, max(len(a), len(b)) + 1)
+
+
+@given(tokens_lists, st.lists(st.tuples(tokens_lists, st.integers(0, 80)), max_size=12), st.integers(0, 60))
+def test_donor_is_the_longest_usable_prefix_any_other_sequence_holds(
+    tokens: list[int], others: list[tuple[list[int], int]], have: int
+) -> None:
+    wanted = job(tokens + [9])
+    own = slot(0, tokens[: have // 2])
+    slots = [own] + [slot(i + 1, tokens[:cut] + tail) for i, (tail, cut) in enumerate(others)]
+    best, best_len = None, have
+    for other in slots[1:]:  # every sequence's usable prefix, one by one
+        shared = min(naive_prefix(other.kv, wanted.tokens), len(wanted.tokens) - 1)
+        if shared > best_len:
+            best, best_len = other, shared
+    assert prefix_reuse.donor(slots, wanted, own, have, ()) == (best, best_len)

@@ -3,7 +3,11 @@ and what each row class of pass costs against them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from wasinn_host.core.scheduling import step_cost
 from wasinn_host.core.scheduling.step_cost import (
@@ -86,6 +90,51 @@ def test_passes_follow_split_equal_with_their_rows_and_cells() -> None:
     assert pass_shapes([(7, 64, 2000)]) == [(64, 64, attended(64, 2000))]
     assert pass_shapes([(0, 1, 5), (3, 2, 0)]) == [(1, 1, 6), (2, 2, 3)]  # not consecutive: a pass each
     assert [row_class(rows) for rows in (1, 2, 3, 63, 64, 127, 128)] == [0, 1, 1, 5, 6, 6, 7]
+
+
+def split_equal(entries: Sequence[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """llama.cpp's ``split_equal`` over one KV stream per sequence, pass by pass as it is written: from the
+    lowest sequence with tokens left and the run of consecutive ids after it, the fewest tokens any of
+    them has left, from each."""
+    left = [[seq, n, start] for seq, n, start in entries if n > 0]
+    shapes = []
+    while left:
+        run = 1
+        while run < len(left) and left[run][0] == left[run - 1][0] + 1:
+            run += 1
+        take = min(item[1] for item in left[:run])
+        cells = 0
+        for item in left[:run]:
+            cells += attended(take, item[2])
+            item[1] -= take
+            item[2] += take
+        shapes.append((take, take * run, cells))
+        left = [item for item in left if item[1] > 0]
+    return shapes
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 40), st.sampled_from([0, 1, 1, 1, 2, 3, 7, 16, 64, 65, 300]), st.integers(0, 3000)),
+        unique_by=lambda entry: entry[0],
+        max_size=48,
+    )
+)
+def test_passes_are_those_of_split_equal_for_any_batch(entries: list[tuple[int, int, int]]) -> None:
+    entries.sort()
+    assert pass_shapes(entries) == split_equal(entries)
+
+
+def test_a_price_remembered_for_a_batch_is_forgotten_when_a_decode_changes_the_fit() -> None:
+    cost = learned(flash_cpu)
+    batch = [*STREAMS, (7, 16, 2000)]
+    before = cost.decode_seconds(batch)
+    assert cost.decode_seconds(batch) == before  # remembered
+    for _ in range(40):  # the machine turns twice as slow: each decode takes twice what the fit says
+        shapes = pass_shapes(batch)
+        cost.record_passes(shapes, 2.0 * flash_cpu(shapes))
+        assert cost.decode_seconds(batch) == pytest.approx(cost._price(shapes) * cost.chunk_bias)
+    assert cost.decode_seconds(batch) > 1.5 * before
 
 
 def test_the_cost_per_cell_of_a_costly_row_class_is_learned_from_the_decodes() -> None:

@@ -64,7 +64,7 @@ def test_one_argmax_over_the_rows_is_the_per_row_greedy_choice(random_model: Lla
             batch.n_outputs += 1
             lasts.append(index)
         assert context.decode(batch) == 0
-        for asked in (lasts, lasts[1::2], lasts[::-1]):
+        for asked in (lasts, lasts[1::2], lasts[::-1], lasts[2:3], lasts[-1:]):  # (few rows: argmax a row)
             assert context.greedy_tokens(asked) == [per_row(context, i)[1] for i in asked]
     finally:
         batch.close()

@@ -303,12 +303,18 @@ def restreamed(data: memoryview, n_stream: int, model: LlamaModel) -> memoryview
 
 
 def greedy_tokens(ctx: LlamaContext, batch_indices: list[int]) -> list[int]:
-    """:meth:`LlamaContext.greedy_tokens`: one ``argmax`` over the rows (:func:`logits_rows`)."""
+    """:meth:`LlamaContext.greedy_tokens`: one ``argmax`` over llama.cpp's rows up to the last asked for
+    (:func:`logits_block`; no copy of them), or one a row where they are fewer than half of those."""
     import numpy as np
 
     if not batch_indices:
         return []
-    return np.argmax(logits_rows(ctx, batch_indices), axis=1).tolist()
+    block, rows = logits_block(ctx, batch_indices)
+    if rows is None:
+        return np.argmax(block, axis=1).tolist()
+    if 2 * len(rows) >= len(block):
+        return np.argmax(block, axis=1)[rows].tolist()
+    return [int(block[row].argmax()) for row in rows]
 
 
 def drawn_tokens(ctx: LlamaContext, batch_indices: list[int], samplers: list[Sampler]) -> list[int]:
@@ -321,11 +327,19 @@ def drawn_tokens(ctx: LlamaContext, batch_indices: list[int], samplers: list[Sam
 
 
 def logits_rows(ctx: LlamaContext, batch_indices: list[int]) -> Any:
-    """The logits rows of ``batch_indices`` of the last decode as one ``(n, n_vocab)`` float32 array.
-    llama.cpp keeps the logits of a decode's outputs as rows of one array (``llama_get_logits``), a batch
-    index mapped to its row (``llama_get_logits_ith`` points into it); the rows asked for are found from
-    those pointers: a view of llama.cpp's array when they are its first rows in order (as a step of one
-    token per sequence asks), else a copy of the rows."""
+    """The logits rows of ``batch_indices`` of the last decode as one ``(n, n_vocab)`` float32 array: a
+    view of llama.cpp's array when they are its first rows in order (as a step of one token per sequence
+    asks), else a copy of the rows (:func:`logits_block`)."""
+    block, rows = logits_block(ctx, batch_indices)
+    return block if rows is None else block[rows]
+
+
+def logits_block(ctx: LlamaContext, batch_indices: list[int]) -> tuple[Any, list[int] | None]:
+    """llama.cpp's logits rows of the last decode from its first up to the last of ``batch_indices``'
+    rows (a view, no copy), and the row of each index in it (None: the view's rows are the indices'
+    rows, in order).  llama.cpp keeps the logits of a decode's outputs as rows of one array
+    (``llama_get_logits``), a batch index mapped to its row (``llama_get_logits_ith`` points into it);
+    the rows are found from those pointers."""
     base = ctx.logits_base(ctx.ptr) or 0
     row_bytes = ctx.model.n_vocab * 4  # float32
 
@@ -338,10 +352,10 @@ def logits_rows(ctx: LlamaContext, batch_indices: list[int]) -> Any:
     n = len(batch_indices)
     # rows follow the batch's order of outputs, each index at or after its row: indices 0 .. n-1 whose
     # last is row n-1 are rows 0 .. n-1 (every token of the batch asked for its logits)
-    first_rows = batch_indices == list(range(n)) and row(n - 1) == n - 1
-    rows = list(range(n)) if first_rows else [row(index) for index in batch_indices]
-    logits = ctx.logits_view(base, max(rows) + 1)
-    return logits[:n] if first_rows else logits[rows]
+    if batch_indices == list(range(n)) and row(n - 1) == n - 1:
+        return ctx.logits_view(base, n), None
+    rows = [row(index) for index in batch_indices]
+    return ctx.logits_view(base, max(rows) + 1), rows
 
 
 def top_probabilities(ctx: LlamaContext, batch_index: int, n: int) -> list[tuple[int, float]]:

@@ -151,7 +151,8 @@ def _most_within(base: list[Entry], chunks: list[Entry], prompt: Entry, cost: St
     So each class's range is searched on its own for the largest take within the limit, and of those
     the one that decodes the most prompt tokens per second of the step is taken (the largest of equals):
     where a class's passes cost several times another's, a chunk of the cheaper class, even a smaller
-    one, brings the prompt's first token sooner.  0 if no take fits.
+    one, brings the prompt's first token sooner.  0 if no take fits.  (A class whose largest take over
+    the step without the prompt is no better than the best rate found is not searched, nor those below.)
 
     And where a class above the chosen take's costs the prompt a :data:`CHEAPER_CLASS` th of its cost
     per token or less (the step's own cost aside), the smallest take of that class is made instead, over
@@ -169,22 +170,26 @@ def _most_within(base: list[Entry], chunks: list[Entry], prompt: Entry, cost: St
         return seconds(take) <= limit * (1 + 1e-9)  # not rounding's victim
 
     best, best_rate = 0, 0.0
+    alone = max(seconds(0), 1e-12)
     top = most
-    while top > 0:
+    while top > 0 and top / alone > best_rate:  # (no take of a smaller class can decode more a second)
         low_edge = 1 << row_class(top)  # the smallest take of top's row class
+        low = top if fits(top) else 0
         for edge in (low_edge, low_edge + 1):  # (a chunk decoded beside streams: its first row rides in theirs)
-            if edge <= top and fits(edge):
-                low, high = edge, top
+            if low or edge >= top:
+                break
+            if fits(edge):
+                low, high = edge, top - 1
                 while low < high:
                     mid = (low + high + 1) // 2
                     if fits(mid):
                         low = mid
                     else:
                         high = mid - 1
-                rate = low / max(seconds(low), 1e-12)
-                if rate > best_rate * (1 + 1e-9):
-                    best, best_rate = low, rate
-                break
+        if low:
+            rate = low / max(seconds(low), 1e-12)
+            if rate > best_rate * (1 + 1e-9):
+                best, best_rate = low, rate
         top = low_edge - 1
     ceiling = limit * (1.0 + OVER_LIMIT)
     return _cheaper_class(best, most, seconds, ceiling, cost.knows, cost.classed_fit() is not None)

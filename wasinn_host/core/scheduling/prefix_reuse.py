@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 
 from ..runtime import Context
-from ..tokens import common_prefix
+from ..tokens import common_prefix, may_share
 from .slot_state import Job, Slot
 
 MIN_SHARED_PREFIX = 32
@@ -44,8 +44,9 @@ def donor(
     the job's tokens, longer than ``have``, and that prefix's length (``None, have`` if there is none)."""
     best: Slot | None = None
     best_len = have
+    tokens = job.tokens
     for other in slots:
-        if other is slot or not other.kv or other.seq_id in copy_targets:
+        if other is slot or not may_share(other.kv, tokens, best_len + 1) or other.seq_id in copy_targets:
             continue
         shared = reusable(job, other)
         if shared > best_len:
@@ -58,7 +59,7 @@ def copy_source(slots: Iterable[Slot], job: Job, slot: Slot, copy_targets: Colle
     :data:`MIN_SHARED_PREFIX` more of it than ``slot`` does; None to decode it."""
     if len(job.tokens) - 1 - len(slot.kv) < MIN_SHARED_PREFIX:  # the slot holds (nearly) all it can use
         return None
-    source, shared = donor(slots, job, slot, len(slot.kv), copy_targets)
+    source, shared = donor(slots, job, slot, len(slot.kv) + MIN_SHARED_PREFIX - 1, copy_targets)
     if source is None or shared - len(slot.kv) < MIN_SHARED_PREFIX:
         return None
     return source, shared
@@ -77,12 +78,19 @@ def follows(
         own = reusable(job, slot)
         if len(job.tokens) - 1 - own < MIN_SHARED_PREFIX:  # no leader could give that much more: no scan
             return False
+        tokens = job.tokens
+        # a leader shares MIN_SHARED_PREFIX more than the slot's own prefix (and than any other sequence
+        # holds: the scan of the sequences is made only when some running job may lead)
+        need = own + MIN_SHARED_PREFIX
+        ahead = [other for other in active if may_share(other.tokens, tokens, need)]
+        if not ahead:
+            return False
         held = donor(slots, job, slot, own, copy_targets)[1]
         leader, shared = None, 0
-        for other in active:
+        for other in ahead:
             if other.slot is None or other.request.embed:
                 continue
-            common = min(common_prefix(other.tokens, job.tokens), len(job.tokens) - 1)
+            common = min(common_prefix(other.tokens, tokens), len(tokens) - 1)
             if common > shared and common - held >= MIN_SHARED_PREFIX and len(other.slot.kv) < common:
                 leader, shared = other, common
         if leader is None:

@@ -49,6 +49,7 @@ from ..errors import ErrorKind, WasiNNError
 from ..generation import GenerationRequest, GenerationResult, StopReason
 from ..prompt_cache.cache import ModelPromptCache
 from ..runtime import Context, Model
+from ..tokens import may_share
 from . import (
     batch_plan,
     decode_parts,
@@ -560,7 +561,7 @@ class ModelWorker:
         unowned = [s for s in free if s.owner is None] or free
 
         def score(slot: Slot) -> tuple[int, float, int]:
-            shared = prefix_reuse.reusable(job, slot) if slot.kv else 0
+            shared = prefix_reuse.reusable(job, slot) if may_share(slot.kv, job.tokens, MIN_SHARED_PREFIX) else 0
             # a short shared prefix is no reason to leave a gap; among idle contexts' slots, the least
             # recently used goes first
             return (

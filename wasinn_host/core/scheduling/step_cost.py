@@ -55,6 +55,8 @@ N_CLASSES = 10
 """Row classes fitted apart (the last holds every pass of 512 rows per sequence or more)."""
 MIN_CLASS_DECODES = 8
 """Decodes the per-class fit waits for before it prices anything (the pooled fit prices until then)."""
+PRICED_MAX = 4096
+"""Batches :meth:`StepCost.decode_seconds` remembers the price of (until the fits change) at most."""
 BIAS_WEIGHT = 0.2
 """The weight of a decode's measured-over-estimated ratio in :attr:`StepCost.chunk_bias`."""
 
@@ -68,22 +70,44 @@ def pass_shapes(entries: Sequence[Entry]) -> list[Pass]:
     """The passes llama.cpp makes over a batch of ``entries`` in sequence-id order when each sequence
     has its own KV stream (``split_equal``, as :func:`~.draft_budget.passes` counts them): each takes,
     from the lowest sequence with tokens left and the run of consecutive ids after it, as many tokens
-    from each as the one with fewest left has."""
-    left = [[seq, n, start] for seq, n, start in entries if n > 0]
+    from each as the one with fewest left has.
+
+    A run's passes never reach past it (ids beyond it are not consecutive with any of its own), so each
+    run of consecutive ids is worked through on its own, and what is left of it after a pass splits into
+    the runs that pass leaves (the planner prices hundreds of candidate steps a plan: this is its loop,
+    written for the usual batch of many one-token sequences and a few prompt chunks)."""
+    if any(entry[1] <= 0 for entry in entries):
+        entries = [entry for entry in entries if entry[1] > 0]
+    if not entries:
+        return []
+    columns: tuple[Sequence[int], Sequence[int], Sequence[int]] = tuple(zip(*entries))  # type: ignore[assignment]
     shapes: list[Pass] = []
-    while left:
-        run = 1
-        while run < len(left) and left[run][0] == left[run - 1][0] + 1:
-            run += 1
-        take = min(item[1] for item in left[:run])
-        cells = 0
-        for item in left[:run]:
-            cells += attended(take, item[2])
-            item[1] -= take
-            item[2] += take
-        shapes.append((take, take * run, cells))
-        left = [item for item in left if item[1] > 0]
+    runs = _runs(*columns)
+    while runs:
+        ids, counts, starts = runs.pop()
+        take, k = min(counts), len(counts)
+        shapes.append((take, take * k, take * sum(starts) + k * (take * (take + 1) // 2)))
+        if max(counts) > take:
+            left = [i for i, n in enumerate(counts) if n > take]
+            runs += _runs([ids[i] for i in left], [counts[i] - take for i in left], [starts[i] + take for i in left])
     return shapes
+
+
+def _runs(
+    ids: Sequence[int], counts: Sequence[int], starts: Sequence[int]
+) -> list[tuple[Sequence[int], Sequence[int], Sequence[int]]]:
+    """The runs of consecutive ids of entries in ascending id order, the last run first."""
+    if ids[-1] - ids[0] == len(ids) - 1:  # one run (the ids are distinct)
+        return [(ids, counts, starts)]
+    runs: list[tuple[Sequence[int], Sequence[int], Sequence[int]]] = []
+    first = 0
+    for n in range(1, len(ids)):
+        if ids[n] != ids[n - 1] + 1:
+            runs.append((ids[first:n], counts[first:n], starts[first:n]))
+            first = n
+    runs.append((ids[first:], counts[first:], starts[first:]))
+    runs.reverse()
+    return runs
 
 
 def row_class(rows: int) -> int:
@@ -120,6 +144,9 @@ class StepCost:
         self._singles = 0
         """One-row decodes not yet in ``_cx``/``_cy``: their decayed sums, as the pooled fit's, and count."""
         self._class_fit: tuple[float, float, list[float | None]] | None = None
+        self._priced: dict[tuple[Entry, ...], float] = {}
+        """:meth:`decode_seconds` of the batches priced since the fits last changed: a plan prices the
+        same generating tokens beside each candidate prompt chunk, and a chunk's size is searched for."""
         self.chunk_bias = 1.0
         """What :meth:`decode_seconds` multiplies the per-class fit's price of a decode with a prompt chunk
         (a pass of several rows per sequence) by: moved after each such decode by :data:`BIAS_WEIGHT` of
@@ -137,10 +164,12 @@ class StepCost:
         terms = (u * u, u * n, u * c, n * n, n * c, c * c, u * seconds, n * seconds, c * seconds)
         self._sums = [total * _DECAY + term for total, term in zip(self._sums, terms)]
         self._fit = None
+        self._priced.clear()
 
     def record_passes(self, shapes: Sequence[Pass], seconds: float) -> None:
         """One ``llama_decode`` made the passes ``shapes`` (:func:`pass_shapes`) in ``seconds``: both fits,
         and for a decode with a prompt chunk :attr:`chunk_bias`."""
+        self._priced.clear()
         if seconds > 0 and self._classed >= MIN_CLASS_DECODES and any(rows > 1 for rows, _, _ in shapes):
             estimate = self._price(shapes) * self.chunk_bias
             if estimate > 0:  # the estimate as the planner made it: the fit's, with the bias
@@ -171,6 +200,7 @@ class StepCost:
         self._singles += 1
         self._classed += 1
         self._class_fit = None
+        self._priced.clear()
 
     def _fold_singles(self) -> None:
         """Add the one-row decodes kept apart to the per-class sums (each decayed as if added in turn)."""
@@ -193,6 +223,7 @@ class StepCost:
         self._cy += x * seconds
         self._classed += 1
         self._class_fit = None
+        self._priced.clear()
 
     def knows(self, rows: int) -> bool:
         """Whether the per-class fit prices a pass of ``rows`` rows per sequence from decodes of its class."""
@@ -291,9 +322,17 @@ class StepCost:
         """The estimated time of one ``llama_decode`` of ``entries`` (in sequence-id order): each of its
         passes (:func:`pass_shapes`) priced by the per-class fit (by the pooled fit before there is one),
         a decode with a prompt chunk scaled by :attr:`chunk_bias`."""
-        shapes = pass_shapes(entries)
-        seconds = self._price(shapes)
-        return seconds * self.chunk_bias if any(rows > 1 for rows, _, _ in shapes) else seconds
+        key = tuple(entries)
+        seconds = self._priced.get(key)
+        if seconds is None:
+            if len(self._priced) >= PRICED_MAX:
+                self._priced.clear()
+            shapes = pass_shapes(entries)
+            seconds = self._price(shapes)
+            if any(rows > 1 for rows, _, _ in shapes):
+                seconds *= self.chunk_bias
+            self._priced[key] = seconds
+        return seconds
 
     def _price(self, shapes: Sequence[Pass]) -> float:
         """The passes ``shapes`` priced by the per-class fit (by the pooled fit before there is one)."""
