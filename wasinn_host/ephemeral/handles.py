@@ -60,6 +60,9 @@ class HandleTables(GuestScope):
         self.resident_contexts = RESIDENT_CONTEXTS
         self._resident: OrderedDict[int, None] = OrderedDict()
         """Handles of the contexts not spilled (as far as this Store knows), least recently named first."""
+        self._last_named = -1
+        """The handle last in ``_resident`` when it was last named (-1: none): named again, nothing moves
+        (a streaming guest names its context twice a token)."""
 
     def graph(self, handle: int) -> BackendGraph:
         """The graph behind a guest's handle, or an invalid argument."""
@@ -78,7 +81,8 @@ class HandleTables(GuestScope):
             if self._current is not None:
                 self._current.forget_metadata()
             self._current = context
-        self._named(handle & U32_MASK)
+        if handle & U32_MASK != self._last_named:  # (named again: it is the most recently named already)
+            self._named(handle & U32_MASK)
         return context
 
     def _named(self, handle: int) -> None:
@@ -90,12 +94,15 @@ class HandleTables(GuestScope):
         except KeyError:
             resident[handle] = None
         tries = SPILL_TRIES
+        last = True
         while len(resident) > self.resident_contexts and tries > 0:
             tries -= 1
             old, _ = resident.popitem(last=False)
             context = self.contexts.get(old)
             if context is not None and not context.spilled and not context.spill():
                 resident[old] = None  # cannot go yet (computing, warm in its model's worker, images)
+                last = False  # now after the handle named
+        self._last_named = handle if last and handle in resident else -1
 
     def load_named(self, backend: Backend, name: str, config: ParsedConfig, reuse: bool = True) -> int:
         """The handle of ``name`` loaded with ``config``; with ``reuse``, the cached handle of an
@@ -153,6 +160,8 @@ class HandleTables(GuestScope):
             raise invalid(f"execution context handle {handle & U32_MASK} does not exist in this store")
         if context is self._current:
             self._current = None
+        if handle & U32_MASK == self._last_named:
+            self._last_named = -1
         self._resident.pop(handle & U32_MASK, None)
         self._counter.add(-1)
         context.close()
