@@ -106,7 +106,7 @@ class GenerationRequest:
     only up to the first image)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class GenerationResult:
     """What a finished request produced."""
 

@@ -748,6 +748,8 @@ class ModelWorker:
                 and (request.stopping.ignore_eos or not is_eog(token))
             ):
                 job.tokens.append(token)  # decoded in the next batch
+            elif job.feed is not None:
+                self._feed_token(job, token, data)
             else:
                 self._took(job, token, data)
 
@@ -942,25 +944,21 @@ class ModelWorker:
     def _feed_token(self, job: Job, token: int, piece: bytes) -> None:
         """A stream's token to its feed, as the result of a one-token step; the job goes on (the token is
         decoded in the next batch) unless it ended the stream or its guest is the lookahead behind."""
-        assert job.feed is not None
+        feed, result = job.feed, job.result
+        assert feed is not None
         stop = stop_rules.stream_stop(self.model, job, token, self.n_ctx_seq)
         now = time.perf_counter()
-        first = len(job.result.generated) == 1
-        item = GenerationResult(
-            generated=[token],
-            text=bytearray(piece),
-            probs=job.result.probs[-1:],
-            stop_reason=stop,
-            prompt_ms=job.result.prompt_ms if first else 0.0,
-            generation_ms=0.0 if first else (now - job.t_token) * 1000.0,
-            reused_tokens=job.result.reused_tokens if first else 0,
-        )
+        item = GenerationResult([token], bytearray(piece), result.probs[-1:], stop_reason=stop)
+        if len(result.generated) == 1:
+            item.prompt_ms, item.reused_tokens = result.prompt_ms, result.reused_tokens
+        else:
+            item.generation_ms = (now - job.t_token) * 1000.0
         job.t_token = now
-        job.feed.undelivered += 1
-        self._deliveries.append((job.feed, item))
+        feed.undelivered += 1
+        self._deliveries.append((feed, item))
         if stop is StopReason.TOKEN:
             job.tokens.append(token)
-            if job.feed.backlog + job.feed.undelivered < job.feed.lookahead:
+            if feed.backlog + feed.undelivered < feed.lookahead:
                 return
         self._finish(job, stop)
 
