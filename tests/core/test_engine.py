@@ -377,3 +377,39 @@ def test_steps_with_nothing_arriving_admit_nothing_and_decode_the_plan_carried(f
     assert worker.carried_plans - carried >= worker.steps - steps - 8
     assert worker._batch.rewrites - rewrites >= 2 * 18 + 3  # type: ignore[attr-defined]
     worker.close()
+
+
+def test_a_carried_plan_of_greedy_jobs_takes_each_rows_argmax_after_its_first_token(fake_model: pathlib.Path) -> None:
+    """Four greedy contexts that computed their prompt first (``n-predict`` 1) ask for more together: the
+    first step decodes each one's last prompt token again (a plan carried from its first step), the next
+    steps read row i as job i's (no per-job dispatch), and each answers as it does alone, its first token
+    timed (the step that samples it goes through the general path)."""
+    worker = make_worker(fake_model, delay=0.002)
+    fast: list[int] = []
+    use_greedy_rows = worker._use_greedy_rows
+
+    def counted(jobs: list[Any]) -> None:
+        fast.append(len(jobs))
+        use_greedy_rows(jobs)
+
+    worker._use_greedy_rows = counted  # type: ignore[method-assign]
+    prompts, limits = ["a", "k3", "q", "5"], [20, 12, 9, 16]
+    results: dict[int, GenerationResult] = {}
+    barrier = threading.Barrier(len(prompts))
+
+    def run(i: int) -> None:
+        state = ContextState()
+        assert text(worker.submit(request(prompts[i], limit=1), state)) == successor_text(prompts[i], 1)
+        barrier.wait()
+        results[i] = worker.submit(request(prompts[i], limit=limits[i]), state)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    worker.close()
+    assert [text(results[i]) for i in range(4)] == [successor_text(p, n) for p, n in zip(prompts, limits)]
+    assert all(results[i].reused_tokens > 0 for i in range(4)), "the second computes kept their prompts' cells"
+    assert all(results[i].generation_ms > 0 for i in range(4)), "each first token was timed"
+    assert sum(fast) >= 20, "the carried steps took the greedy rows together"

@@ -176,6 +176,9 @@ class ModelWorker:
         self._carried: list[Job] | None = None
         """The jobs of the batch filled last, in order, if the next step may decode the same plan."""
         self._carried_at = -1
+        self._greedy_rows = False
+        """The carried plan is one part of jobs that all sample greedily: each step's row i is job i's, and
+        each takes its argmax (:meth:`_use_greedy_rows`)."""
         self._growing: ContextMaker | None = None
         """A bigger inference context being made beside this one (:mod:`.context_growth`)."""
         self.carried_plans = 0
@@ -675,6 +678,7 @@ class ModelWorker:
             self._parts = decode_parts.parts(self._batch_rows, self.logits_rows, split_at)
             self._part_passes = [self._passes(part) for part in self._parts]
             self._part_shapes = [(sum(p[1] for p in shapes), len(shapes)) for shapes in self._part_passes]
+            self._greedy_rows = False  # (known after this step: a job may sample its first token in it)
         self.clock.lap("plan")
         first = 0
         single_rows = self._carries()  # one token for each job: passes of one row (a job may end meanwhile)
@@ -683,9 +687,14 @@ class ModelWorker:
             cells = sum(self._batch_cells[part.start : part.stop])
             shapes = None if single_rows else self._part_passes[index]
             if self._decode(jobs, first, n_tokens, n_passes, cells, shapes):
-                self._use_outputs(jobs, first)
+                if self._greedy_rows and single_rows:
+                    self._use_greedy_rows(jobs)
+                else:
+                    self._use_outputs(jobs, first)
             self.clock.lap("sample")
             first += n_tokens
+        if single_rows and not self._greedy_rows and self._carries():  # the plan's next steps, if all greedy
+            self._greedy_rows = len(self._parts) == 1 and all(job.plain_greedy for job in in_batch)
         self.clock.steps += 1
 
     def _carries(self) -> bool:
@@ -727,6 +736,13 @@ class ModelWorker:
             self._took_together(drawn, self.context.drawn_tokens(indices, [job.state.sampler for job in drawn]))
             self.rows_sampled_together += len(drawn)
             self.rows_drawn_together += len(drawn)
+
+    def _use_greedy_rows(self, jobs: list[Job]) -> None:
+        """:meth:`_use_outputs` for a step of a carried plan whose jobs all sample greedily
+        (:attr:`_greedy_rows`): row i of the decode is job i's (:meth:`_refill_batch`), and no job started,
+        ended or drafted since the plan was made, so each still samples its row's argmax alone."""
+        self._took_together(jobs, self.context.greedy_tokens(list(range(len(jobs)))))
+        self.rows_sampled_together += len(jobs)
 
     def _took_together(self, jobs: list[Job], tokens: list[int]) -> None:
         """The tokens sampled together for ``jobs``: recorded, then through the stop rules.  A computing job
