@@ -176,9 +176,9 @@ class ModelWorker:
         self._carried: list[Job] | None = None
         """The jobs of the batch filled last, in order, if the next step may decode the same plan."""
         self._carried_at = -1
-        self._greedy_rows = False
+        self._greedy_rows: bool | None = False
         """The carried plan is one part of jobs that all sample greedily: each step's row i is job i's, and
-        each takes its argmax (:meth:`_use_greedy_rows`)."""
+        each takes its argmax (:meth:`_use_greedy_rows`); None until the plan's first step is done."""
         self._growing: ContextMaker | None = None
         """A bigger inference context being made beside this one (:mod:`.context_growth`)."""
         self.carried_plans = 0
@@ -678,7 +678,7 @@ class ModelWorker:
             self._parts = decode_parts.parts(self._batch_rows, self.logits_rows, split_at)
             self._part_passes = [self._passes(part) for part in self._parts]
             self._part_shapes = [(sum(p[1] for p in shapes), len(shapes)) for shapes in self._part_passes]
-            self._greedy_rows = False  # (known after this step: a job may sample its first token in it)
+            self._greedy_rows = None  # (known after this step: a job may sample its first token in it)
         self.clock.lap("plan")
         first = 0
         single_rows = self._carries()  # one token for each job: passes of one row (a job may end meanwhile)
@@ -693,7 +693,7 @@ class ModelWorker:
                     self._use_outputs(jobs, first)
             self.clock.lap("sample")
             first += n_tokens
-        if single_rows and not self._greedy_rows and self._carries():  # the plan's next steps, if all greedy
+        if self._greedy_rows is None and single_rows and self._carries():  # the plan's next steps: all greedy?
             self._greedy_rows = len(self._parts) == 1 and all(job.plain_greedy for job in in_batch)
         self.clock.steps += 1
 
