@@ -341,37 +341,66 @@ class ModelWorker:
     def _run(self) -> None:
         thread_policy.use_policy(self._policy)
         while True:
-            if self._deliveries:  # the tokens sampled last go now, before the worker waits or decodes again
-                began = time.perf_counter()
-                self._deliver(self._await_guests)
-                self.clock.add("guests", time.perf_counter() - began)
-            with self._cv:
-                while not (self._incoming or self._releases or self._closing or self._active or self._waiting):
-                    self._cv.wait()
-                if self._closing and not (self._incoming or self._active or self._waiting):
-                    self._do_releases()
-                    return
-                self.clock.start()
-                self._take_incoming()
-                self._do_releases()
             try:
-                self._admit()
-                self.clock.lap("admit")
-                if self._active and self._hold_for_streams():
-                    self.clock.start()  # the wait is no phase of a step
-                    self._admit()  # the streams that came back
-                    self.clock.lap("admit")
-                if self._active:
-                    self._step()
-                elif self._waiting:
-                    with self._cv:  # every slot busy (or held for a stream): wait for a job to finish
-                        self._cv.wait(0.01)
-                    self.steps += 1  # a stream not back by now gives up its hold on its slot
+                if not self._turn():
+                    return
             except Exception as exc:  # a bug must not hang callers
-                log.exception("model %s: worker error: %s", self.name, exc)
-                for job in self._active + self._waiting:
-                    self._finish(job, StopReason.INTERNAL_ERROR)
-                self._waiting.clear()
+                self._fail_all(exc)
+
+    def _turn(self) -> bool:
+        """One turn of the worker's loop: hand over the last tokens, wait for work, admit, step.  False
+        once the worker is closing and has nothing left to do."""
+        if self._deliveries:  # the tokens sampled last go now, before the worker waits or decodes again
+            began = time.perf_counter()
+            self._deliver(self._await_guests)
+            self.clock.add("guests", time.perf_counter() - began)
+        with self._cv:
+            while not (self._incoming or self._releases or self._closing or self._active or self._waiting):
+                self._cv.wait()
+            if self._closing and not (self._incoming or self._active or self._waiting):
+                self._do_releases()
+                return False
+            self.clock.start()
+            self._take_incoming()
+            self._do_releases()
+        self._admit()
+        self.clock.lap("admit")
+        if self._active and self._hold_for_streams():
+            self.clock.start()  # the wait is no phase of a step
+            self._admit()  # the streams that came back
+            self.clock.lap("admit")
+        if self._active:
+            self._step()
+        elif self._waiting:
+            with self._cv:  # every slot busy (or held for a stream): wait for a job to finish
+                self._cv.wait(0.01)
+            self.steps += 1  # a stream not back by now gives up its hold on its slot
+        return True
+
+    def _fail_all(self, exc: Exception) -> None:
+        """After a bug in the worker (``exc``): one log record; every job in flight or waiting ends with an
+        internal error (its caller's ``RUNTIME_ERROR``), the streams' feeds closed here rather than by
+        :meth:`_deliver`, which may be what failed; every sequence's cells are freed, so that no later
+        request reuses cells the bookkeeping may have lost track of.  The worker then serves on."""
+        log.exception("model %s: worker error: %s", self.name, exc)
+        with self._cv:
+            self._take_incoming()
+        for job in [*self._active, *self._waiting]:
+            self._finish(job, StopReason.INTERNAL_ERROR)
+        self._waiting.clear()
+        deliveries, self._deliveries = self._deliveries, []
+        for feed, item in deliveries:
+            if not isinstance(item, GenerationResult):
+                feed.close(item[0])  # the tokens not handed over yet are dropped with their failed job
+        self._carried = None
+        self._copy_targets.clear()
+        self._pending_copies.clear()
+        try:
+            for slot in self.slots:
+                self.context.seq_rm(slot.seq_id, 0)
+                slot.kv.clear()
+        except Exception:  # llama.cpp's context itself may be what failed
+            log.exception("model %s: freeing the sequences' cells after the error failed", self.name)
 
     def _take_incoming(self) -> None:
         """Move submitted jobs to the waiting list (holding ``_cv``)."""
