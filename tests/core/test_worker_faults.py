@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import pathlib
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -99,3 +100,33 @@ def test_a_bug_handing_a_stream_its_tokens_ends_the_stream_with_an_error(fake_mo
     after = worker.submit(request("7", 3), ContextState())
     worker.close()
     assert text(after) == "890"
+
+
+def test_a_bug_releasing_a_context_is_logged_once_and_the_worker_still_closes(
+    fake_model: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    worker = make_worker(fake_model)
+    state = ContextState()
+    worker.submit(request("1234", 2), state)
+    releasing = worker._do_releases
+
+    def failing() -> None:  # a bug in releasing one context: it fails whenever that context is released
+        if state in worker._releases:
+            raise RuntimeError("a bug releasing a context")
+        releasing()
+
+    worker._do_releases = failing  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR, logger="wasinn_host"):
+        worker.release(state)
+        deadline = time.monotonic() + 10.0
+        while not any("worker error" in r.message for r in caplog.records) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        after = worker.submit(request("1234", 2), ContextState())
+        closer = threading.Thread(target=worker.close, daemon=True)
+        closer.start()
+        closer.join(10.0)
+    assert not closer.is_alive(), "the worker did not close"
+    assert text(after) == "56"
+    assert [r.message for r in caplog.records if "worker error" in r.message] == [
+        "model fake: worker error: a bug releasing a context"
+    ]

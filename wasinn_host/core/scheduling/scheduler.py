@@ -385,6 +385,11 @@ class ModelWorker:
         log.exception("model %s: worker error: %s", self.name, exc)
         with self._cv:
             self._take_incoming()
+            released, self._releases = self._releases, []
+        for state in released:  # what releasing does but close the sampler (which may be what failed)
+            self._idle.pop(state, None)
+            if state.slot is not None and state.slot.owner is state:
+                state.slot.owner = None
         for job in [*self._active, *self._waiting]:
             self._finish(job, StopReason.INTERNAL_ERROR)
         self._waiting.clear()
