@@ -140,6 +140,15 @@ _relay_queue: queue.SimpleQueue[_LoopWaker] | None = None
 _relay_lock = threading.Lock()
 
 
+def _post(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+    """Run ``callback`` on ``loop`` soon (from another thread); nothing if the loop is closed: its
+    coroutine was abandoned (``asyncio.run`` ended while it awaited), and nobody waits for the result."""
+    try:
+        loop.call_soon_threadsafe(callback)
+    except RuntimeError:
+        pass
+
+
 def _relay() -> queue.SimpleQueue[_LoopWaker]:
     """The queue of the process's relay thread (started on first use), which posts wakers' callbacks
     to their loops: one thread for every loop and stream, none per request."""
@@ -150,7 +159,11 @@ def _relay() -> queue.SimpleQueue[_LoopWaker]:
 
             def run() -> None:
                 while True:
-                    relay.get().post()
+                    waker = relay.get()
+                    try:
+                        waker.post()
+                    except Exception:  # a bug must not stop the relay of every other loop's streams
+                        log.exception("wasinn: relaying a stream's tokens to its event loop failed")
 
             threading.Thread(target=run, name="wasinn-aio-relay", daemon=True).start()
             _relay_queue = relay
@@ -273,7 +286,7 @@ class AsyncSession:
                     self._idle.set()
 
             def listener() -> None:  # on the worker's thread
-                loop.call_soon_threadsafe(dropped)
+                _post(loop, dropped)
 
             feed.listener = listener  # before end_soon: the job's end calls it
             if feed.end_soon():
@@ -341,7 +354,7 @@ class AsyncSession:
         self._idle.clear()
 
         def on_done() -> None:  # on the worker's thread
-            loop.call_soon_threadsafe(ended)
+            _post(loop, ended)
 
         job = worker.submit_then(request, state, on_done)
         try:

@@ -139,6 +139,36 @@ def test_a_cancelled_complete_ends_its_job_and_the_session_computes_again(
     assert (busy, active) == (0, 0)
 
 
+def test_a_complete_left_by_its_closed_event_loop_costs_the_other_requests_nothing(
+    own_nn: WasiNN, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``asyncio.run`` ends (cancelling the task, closing its loop) while a complete's job waits in the
+    worker: when the job ends, its completion cannot reach the closed loop, and nobody waits for it there;
+    a blocking request queued beside it is answered as alone, and nothing is logged as a worker error."""
+    session = own_nn.session("succ")
+    assert session.complete("abc") == expected("abc")  # the model is loaded
+    worker = worker_of(own_nn)
+    release = hold_worker(worker, monkeypatch)
+
+    async def abandon() -> None:
+        s = await own_nn.session_async("succ")
+        asyncio.ensure_future(s.complete("a"))
+        await until(lambda: worker.queued == 1, "the job in the worker")
+
+    asyncio.run(abandon())  # the task is cancelled and the loop closed with the job still queued
+    answers: list[str] = []
+    bystander = threading.Thread(target=lambda: answers.append(own_nn.session("succ").complete("mnop")))
+    bystander.start()
+    deadline = time.monotonic() + WAIT
+    while worker.queued < 2 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    release.set()
+    bystander.join(WAIT)
+    assert answers == [expected("mnop")]
+    assert session.complete("xy") == expected("xy")
+    assert not [r for r in caplog.records if "worker error" in r.message]
+
+
 def gate_steps(worker: ModelWorker, monkeypatch: pytest.MonkeyPatch) -> threading.Semaphore:
     """Make each of the worker's steps wait for a permit from the returned semaphore."""
     permits = threading.Semaphore(0)

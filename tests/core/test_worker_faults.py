@@ -130,3 +130,54 @@ def test_a_bug_releasing_a_context_is_logged_once_and_the_worker_still_closes(
     assert [r.message for r in caplog.records if "worker error" in r.message] == [
         "model fake: worker error: a bug releasing a context"
     ]
+
+
+def test_a_completion_callback_that_raises_costs_the_other_requests_nothing(
+    fake_model: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    worker = make_worker(fake_model)
+    done = threading.Event()
+
+    def on_done() -> None:
+        done.set()
+        raise RuntimeError("the caller's callback failed")
+
+    with caplog.at_level(logging.ERROR, logger="wasinn_host"):
+        bystander: list[GenerationResult] = []
+        long = threading.Thread(target=lambda: bystander.append(worker.submit(request("1", 40), ContextState())))
+        long.start()
+        job = worker.submit_then(request("12", 3), ContextState(), on_done)
+        assert done.wait(10.0)
+        long.join(10.0)
+        after = worker.submit(request("5", 2), ContextState())
+    worker.close()
+    assert text(job.result) == "345"
+    assert [(text(r), r.stop_reason) for r in bystander] == [("2345678901" * 4, StopReason.N_PREDICT)]
+    assert text(after) == "67"
+    assert not [r for r in caplog.records if "worker error" in r.message]
+    assert [r.message for r in caplog.records] == ["model fake: a request's completion callback failed"]
+
+
+def test_a_stream_listener_that_raises_leaves_the_stream_its_tokens(
+    fake_model: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    worker = make_worker(fake_model)
+
+    def listener() -> None:
+        raise RuntimeError("the listener failed")
+
+    feed = StreamFeed(listener=listener)
+    with caplog.at_level(logging.ERROR, logger="wasinn_host"):
+        worker.start_stream(request("7", 1 << 20, streaming=True), ContextState(), feed)
+        taken = []
+        for _ in range(10):  # fewer than the lookahead: the job cannot pause before they are taken
+            item = feed.take()
+            assert item is not None and item.error is None, item
+            taken.append(text(item))
+        feed.end()
+        after = worker.submit(request("5", 2), ContextState())
+    worker.close()
+    assert "".join(taken) == "8901234567"
+    assert text(after) == "67"
+    assert not [r for r in caplog.records if "worker error" in r.message]
+    assert {r.message for r in caplog.records} == {"wasinn: a stream's listener failed"}

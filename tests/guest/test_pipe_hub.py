@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from wasinn_host.guest.pipe_hub import PipeHub
 from wasinn_host.guest.stdout import PipeCopier
 
 
@@ -103,3 +104,54 @@ def test_a_child_process_copies_its_own_pipes() -> None:
     with os.fdopen(out_r, "rb") as got:
         assert got.read() == b"from the child\n"
     assert status == 0
+
+
+class Reader:
+    """A bare copier for a hub of the test's own."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.data = b""
+        self.ended = threading.Event()
+
+    def feed(self, data: bytes) -> None:
+        self.data += data
+
+    def end(self) -> None:
+        self.ended.set()
+
+
+def copied_through(hub: PipeHub) -> bytes:
+    """What a new pipe's copier gets through ``hub`` (the hub still copies: within 10 s)."""
+    r, w = os.pipe()
+    reader = Reader(r)
+    hub.add(reader)
+    os.write(w, b"still copied\n")
+    os.close(w)
+    assert reader.ended.wait(10.0), "the hub stopped copying"
+    return reader.data
+
+
+def test_a_pipe_the_hub_cannot_watch_is_lost_alone() -> None:
+    hub = PipeHub()
+    r, w = os.pipe()
+    hub.add(Reader(r))
+    twice = Reader(r)  # the same descriptor again: the hub's selector refuses it
+    hub.add(twice)
+    assert twice.ended.wait(10.0)
+    assert copied_through(hub) == b"still copied\n"
+    os.close(w)
+
+
+def test_a_pipe_closed_behind_the_hubs_back_ends_its_copier_and_the_hub_copies_on() -> None:
+    hub = PipeHub()
+    r, w = os.pipe()
+    reader = Reader(r)
+    hub.add(reader)
+    os.write(w, b"before")
+    time.sleep(0.05)
+    os.close(r)  # a bug elsewhere closes the read end the hub owns
+    hub.finish(reader)
+    assert reader.ended.wait(10.0)
+    assert copied_through(hub) == b"still copied\n"
+    os.close(w)

@@ -97,7 +97,11 @@ class PipeHub:
                 added, self._added = self._added, []
                 finishing, self._finishing = self._finishing, []
             for reader in added:
-                selector.register(reader.fd, selectors.EVENT_READ, reader)
+                try:
+                    selector.register(reader.fd, selectors.EVENT_READ, reader)
+                except (OSError, ValueError, KeyError) as exc:  # a bad descriptor: this pipe alone is lost
+                    log.warning("a guest's output pipe cannot be watched (%s); it is not copied", exc)
+                    reader.end()
             for reader in finishing:
                 registered = selector.get_map().get(reader.fd)
                 if registered is not None and registered.data is reader:  # not ended by its writer's close
@@ -125,9 +129,14 @@ def _read_available(reader: PipeReader) -> bool:
 
 
 def _close(selector: selectors.BaseSelector, reader: PipeReader) -> None:
-    selector.unregister(reader.fd)
-    os.close(reader.fd)
-    reader.end()
+    """Stop watching ``reader``'s pipe, close it, and tell the copier it is done (whatever fails before)."""
+    try:
+        selector.unregister(reader.fd)
+        os.close(reader.fd)
+    except (OSError, ValueError, KeyError) as exc:
+        log.warning("a guest's output pipe could not be closed (%s)", exc)
+    finally:
+        reader.end()
 
 
 def _drain_wakeups(fd: int) -> None:

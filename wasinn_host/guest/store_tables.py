@@ -119,7 +119,11 @@ class StoreTable(Generic[S]):
         """Finalise the execution contexts unused for ``idle_timeout_ms`` in every Store."""
         idle = self.limits.idle_timeout_ms / 1000.0
         for state in self.states():
-            reaped = state.reap_idle(idle)
+            try:
+                reaped = state.reap_idle(idle)
+            except Exception:  # one Store's failure must not stop the reaping of the others
+                log.exception("reaping a Store's idle %s failed", self._what)
+                continue
             if reaped:
                 log.info(
                     "finalised %d %s idle for more than idle_timeout_ms=%d",
@@ -156,5 +160,8 @@ class IdleReaper:
             cls._wake.wait(min(max(period, 0.01), 5.0))
             cls._wake.clear()
             for target in targets:
-                target.reap_idle()
+                try:
+                    target.reap_idle()
+                except Exception:  # a bug in one table must not stop the reaping of every Store's contexts
+                    log.exception("reaping idle contexts failed")
             del targets

@@ -345,7 +345,10 @@ class ModelWorker:
                 if not self._turn():
                     return
             except Exception as exc:  # a bug must not hang callers
-                self._fail_all(exc)
+                try:
+                    self._fail_all(exc)
+                except Exception:  # nor a second one in failing the requests: the worker goes on
+                    log.exception("model %s: failing the requests after a worker error failed", self.name)
 
     def _turn(self) -> bool:
         """One turn of the worker's loop: hand over the last tokens, wait for work, admit, step.  False
@@ -391,12 +394,20 @@ class ModelWorker:
             if state.slot is not None and state.slot.owner is state:
                 state.slot.owner = None
         for job in [*self._active, *self._waiting]:
-            self._finish(job, StopReason.INTERNAL_ERROR)
+            try:
+                self._finish(job, StopReason.INTERNAL_ERROR)
+            except Exception:  # the next job is ended all the same
+                log.exception("model %s: ending a request after the error failed", self.name)
+                job.done.set()
+        self._active.clear()
         self._waiting.clear()
         deliveries, self._deliveries = self._deliveries, []
         for feed, item in deliveries:
             if not isinstance(item, GenerationResult):
-                feed.close(item[0])  # the tokens not handed over yet are dropped with their failed job
+                try:
+                    feed.close(item[0])  # the tokens not handed over yet are dropped with their failed job
+                except Exception:
+                    log.exception("model %s: ending a stream after the error failed", self.name)
         self._carried = None
         self._copy_targets.clear()
         self._pending_copies.clear()
@@ -1040,12 +1051,18 @@ class ModelWorker:
             self.guests_awaited += len(woken)
             for feed in woken.values():
                 feed.comeback = back
-        for feed, item in deliveries:
-            if isinstance(item, GenerationResult):
-                feed.undelivered -= 1
-                feed.put(item, wake=id(feed) not in woken)  # the awaited guests are woken in turn, below
-            else:
-                feed.close(item[0])
+        handed = 0
+        try:
+            for feed, item in deliveries:
+                if isinstance(item, GenerationResult):
+                    feed.undelivered -= 1
+                    feed.put(item, wake=id(feed) not in woken)  # the awaited guests are woken in turn, below
+                else:
+                    feed.close(item[0])
+                handed += 1
+        except Exception:  # a bug: what was not handed over goes back, for _fail_all to close
+            self._deliveries[:0] = deliveries[handed + 1 :]
+            raise
         if woken:
             back.start(list(woken.values()))
         if woken and not back.wait(guests_deadline(len(woken))):
@@ -1113,7 +1130,10 @@ class ModelWorker:
                 job.feed.close(result)
         job.done.set()
         if job.on_done is not None:
-            job.on_done()
+            try:
+                job.on_done()
+            except Exception:  # the caller's callback: its failure is not the worker's, nor the other jobs'
+                log.exception("model %s: a request's completion callback failed", self.name)
 
     def _went_idle(self, state: ContextState) -> None:
         """A context's request is done (worker thread): it is now the most recently used idle context.

@@ -28,12 +28,15 @@ from __future__ import annotations
 import collections
 import enum
 import itertools
+import logging
 import queue
 import threading
 from typing import Any, Callable
 
 from ..config.params import MAX_STREAM_INTERVAL
 from ..generation import GenerationResult, StopReason
+
+log = logging.getLogger("wasinn_host")
 
 LOOKAHEAD = 16
 """Tokens a stream's job samples at most ahead of its guest before it pauses."""
@@ -187,7 +190,10 @@ class StreamFeed:
         for _ in range(waiters):
             self._wakeups.put(None)
         if self.listener is not None:
-            self.listener()
+            try:
+                self.listener()
+            except Exception:  # the feed's change is done: a listener's failure is its own
+                log.exception("wasinn: a stream's listener failed")
 
     @property
     def waiting(self) -> bool:
