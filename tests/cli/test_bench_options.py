@@ -31,6 +31,16 @@ def test_the_defaults_are_the_issues_benchmark() -> None:
     assert (ns.model, ns.guests, ns.ways, ns.threads, ns.json) == ("m.gguf", [64, 8, 1], ["stream"], 1, True)
 
 
+def test_a_file_that_is_no_gguf_model_is_refused_before_any_guest_starts(tmp_path: pathlib.Path) -> None:
+    figures = tmp_path / "figures.json"
+    figures.write_text('{"rows": []}')
+    result = subprocess.run(
+        [sys.executable, "-m", "wasinn_host", "bench", str(figures)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2
+    assert result.stderr == f"wasinn: error: {figures}: not a GGUF model file (it does not start with 'GGUF')\n"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -134,6 +134,17 @@ class Progress:
             self._stream.flush()
 
 
+def _not_gguf(path: str) -> str | None:
+    """Why ``path`` is no GGUF model (read from its first bytes), or None: told at once, not after the
+    guests have started."""
+    try:
+        with open(path, "rb") as file:
+            magic = file.read(4)
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}"
+    return None if magic == b"GGUF" else "not a GGUF model file (it does not start with 'GGUF')"
+
+
 def bench_command(ns: argparse.Namespace) -> int:
     """``wasinn bench``: 0 with the report printed, 2 with one error line."""
     from ..bench.guests import BenchError
@@ -144,6 +155,8 @@ def bench_command(ns: argparse.Namespace) -> int:
 
     if ns.model is not None and not os.path.isfile(ns.model):
         return fail(f"no such model file: {ns.model}")
+    if ns.model is not None and (problem := _not_gguf(ns.model)):
+        return fail(f"{ns.model}: {problem}")
     if ns.plot is not None and not os.path.isdir(os.path.dirname(os.path.abspath(ns.plot))):
         return fail(f"--plot {ns.plot}: no such directory")
     progress = Progress(sys.stderr)
