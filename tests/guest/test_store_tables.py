@@ -11,6 +11,8 @@ import wasmtime
 from wasinn_host.core.config.limits import Limits
 from wasinn_host.guest.store_tables import StoreTable
 
+pytestmark = pytest.mark.fast
+
 
 class State:
     """A Store's state that counts its reaps, or fails them."""
