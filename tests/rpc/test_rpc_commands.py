@@ -97,6 +97,7 @@ def test_cli_errors_are_one_line(tmp_path: pathlib.Path) -> None:
     for args in (
         ["serve", "--nn-rpc-uri", "0.0.0.0:0"],
         ["serve", "--nn-rpc-uri", "tcp://127.0.0.1:5"],
+        ["serve", "--nn-rpc-uri", f"unix:{tmp_path}/s.sock", "--session-grace", "-1"],
         ["run", "--nn-rpc-uri", "tcp://x:1", str(GUESTS / "complete.wasm")],
     ):
         result = subprocess.run([sys.executable, "-m", "wasinn_host.cli", *args], capture_output=True, text=True)

@@ -44,9 +44,12 @@ def test_disconnect_frees_the_session(server: NNServer, registry: ModelRegistry)
     session = client.session("succ")
     assert session.complete("x") == "yz</s>"
     assert server.scopes.status()["contexts"] == 1
-    client.close()  # the keep-alive stream ends: the server frees the session's context and graph
+    client.close()  # the client says Detach: the server frees the session's context and graph at once, not
+    # after the 30 s it keeps a session whose keep-alive stream ended for its client to come back
     assert wait_for(
-        lambda: server.scopes.status() == {"sessions": 0, "attached": 0, "contexts": 0, "freed_sessions": 1}
+        lambda: (
+            server.scopes.status() == {"sessions": 0, "attached": 0, "orphaned": 0, "contexts": 0, "freed_sessions": 1}
+        )
     )
 
 

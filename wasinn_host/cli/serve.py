@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -53,6 +54,17 @@ examples:
 """
 
 
+def _seconds(text: str) -> float:
+    """A number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 0 or more seconds")
+    return value
+
+
 def add_serve_parser(commands: Any) -> None:
     """The ``serve`` subcommand and its options."""
     serve = commands.add_parser(
@@ -80,6 +92,14 @@ def add_serve_parser(commands: Any) -> None:
         default=30.0,
         metavar="SECONDS",
         help="on SIGINT/SIGTERM, how long calls in flight may take to finish (default: 30)",
+    )
+    serve.add_argument(
+        "--session-grace",
+        type=_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long a client session whose keep-alive stream ended is kept for its client to attach again "
+        "(a client that closes is freed at once; 0: freed when the stream ends; default: 30)",
     )
     add_report_options(serve)
     add_prompt_cache_options(serve)
@@ -141,6 +161,7 @@ def serve_command(ns: argparse.Namespace) -> int:
             tls_cert=read_pem(ns.tls_cert, "--tls-cert"),
             tls_key=read_pem(ns.tls_key, "--tls-key"),
             drain_seconds=ns.drain_seconds,
+            session_grace_s=ns.session_grace,
             allow_load_bytes=ns.allow_load_bytes,
         )
         server = NNServer(ns.nn_rpc_uri, backend, ns.nn_allow, options)

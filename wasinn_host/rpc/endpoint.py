@@ -4,7 +4,9 @@ Every call carries the client's session id (and the token, if any); a failed cal
 :class:`WasiNNError` through :func:`~wasinn_host.rpc.wire_errors.error_from` (errno trailer,
 else a runtime error).  A call that finds the server unreachable marks it down with one log
 line; placement skips it until a status probe succeeds again (gRPC reconnects by itself).
-A keep-alive ``Attach`` stream tells the server to free this session when the client goes.
+A keep-alive ``Attach`` stream keeps this session on the server while the client lives: opened again
+if something ends it on the way, and the client's ``close`` says ``Detach``, so the server frees the
+session at once (after its grace if the client just dies).
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ log = logging.getLogger("wasinn_host")
 
 RETRY_SECONDS = 1.0
 """How long a backend found down is skipped before a probe is tried again."""
+REATTACH_SECONDS = (0.2, 5.0)
+"""The first and the longest wait before a keep-alive stream that ended is opened again (doubling
+while the server cannot be reached; well within the server's grace, 30 s by default)."""
+DETACH_TIMEOUT = 2.0
+"""How long a closing client waits for the server to take its ``Detach``."""
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE),
     ("grpc.max_send_message_length", MAX_MESSAGE),
@@ -81,6 +88,8 @@ class Endpoint:
         self.contexts = 0
         """Contexts this client has open on the server."""
         self._attach: Any = None
+        self._keeper: threading.Thread | None = None
+        self._reattach = threading.Event()
         self._lock = threading.Lock()
         self.on_down: Callable[[Endpoint], None] | None = None
 
@@ -177,27 +186,61 @@ class Endpoint:
         return True
 
     def attach(self) -> None:
-        """Open the keep-alive stream (the server frees this session when it ends)."""
-        if self.has_host is False:
+        """Keep this client's session on the server: a keep-alive stream, opened again whenever it ends
+        while the client is open (the server keeps the session for a grace meanwhile); if the stream is
+        waiting to be opened again, now."""
+        if self.has_host is False or self.closed:
             return
-        call = self.host.Attach(host.AttachRequest(), metadata=self.metadata)
-        self._attach = call
-        threading.Thread(target=self._drain_attach, args=(call,), daemon=True, name="wasinn-attach").start()
+        with self._lock:
+            if self._keeper is not None and self._keeper.is_alive():
+                self._reattach.set()
+                return
+            self._keeper = threading.Thread(target=self._keep_alive, daemon=True, name="wasinn-attach")
+            self._keeper.start()
 
-    def _drain_attach(self, call: Any) -> None:
-        try:
-            for _ in call:
-                self.has_host = True
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                self.has_host = False
+    def _keep_alive(self) -> None:
+        delay = REATTACH_SECONDS[0]
+        while not self.closed:
+            call = self.host.Attach(host.AttachRequest(), metadata=self.metadata)
+            self._attach = call
+            if self.closed:  # close() may have cancelled the stream before this one
+                call.cancel()
+                return
+            events = 0
+            why = "the server ended it"
+            try:
+                for _ in call:
+                    events += 1
+                    self.has_host = True
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    self.has_host = False  # a server without this host's service (WasmEdge's)
+                    return
+                why = f"{exc.code().name}: {exc.details()}"
+            if self.closed:
+                return
+            if events:  # it was open (a server that cannot be reached is logged as down instead)
+                delay = REATTACH_SECONDS[0]
+                log.warning(
+                    "RPC backend %s: the session's keep-alive stream ended (%s); opening it again", self.target, why
+                )
+            self._reattach.wait(delay)
+            self._reattach.clear()
+            delay = min(delay * 2, REATTACH_SECONDS[1])
 
     def close(self) -> None:
-        """End the keep-alive stream and the channel (the server then frees this session)."""
+        """Tell the server this session is done (it frees the session's contexts and graphs at once), end
+        the keep-alive stream and the channel."""
         self.closed = True
+        if self.has_host is not False and self.down_since is None:
+            try:
+                self.host.Detach(host.DetachRequest(), metadata=self.metadata, timeout=DETACH_TIMEOUT)
+            except grpc.RpcError:
+                pass  # a server without Detach frees the session once the stream ends, after its grace
+        self._reattach.set()
         if self._attach is not None:
             self._attach.cancel()
         self.channel.close()
 
 
-HOST_METHODS = ("Load", "Unload", "FinalizeExecutionContext", "Status", "Attach")
+HOST_METHODS = ("Load", "Unload", "FinalizeExecutionContext", "Status", "Attach", "Detach")

@@ -54,6 +54,9 @@ class ServeOptions:
     most half of them push streams)."""
     drain_seconds: float = 30.0
     """How long a shutdown waits for calls in flight."""
+    session_grace_s: float = 30.0
+    """How long a client session whose keep-alive streams all ended is kept for its client to attach
+    again (a client that closes says so and is freed at once); 0: freed at once."""
     allow_load_bytes: bool = False
     """Accept models sent as bytes (``Load``), within the limits' ``max_load_bytes``."""
 
@@ -116,7 +119,7 @@ class NNServer:
         self.options = options or ServeOptions()
         self.address = parse_listen(uri)
         check_exposure(self.address, self.options)
-        self.scopes = SessionScopes(backend.limits, allowed)
+        self.scopes = SessionScopes(backend.limits, allowed, self.options.session_grace_s)
         self.service = NNService(
             backend, self.scopes, self.options.allow_load_bytes, max_pushes=max(1, self.options.max_workers // 2)
         )

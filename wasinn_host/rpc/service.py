@@ -40,6 +40,9 @@ T = TypeVar("T")
 MAX_AHEAD = LOOKAHEAD
 """Most pieces one ``ComputeSingleOutput`` sends ahead (a stream's job samples no further ahead)."""
 _QUIET = (ErrorKind.END_OF_SEQUENCE,)
+HEARTBEAT_S = 20.0
+"""Seconds between a keep-alive stream's events: traffic on the stream, so that a proxy with an idle
+limit on streams (Envoy's is 5 minutes) does not end it (gRPC's own pings are not stream traffic)."""
 
 
 def session_of(context: Any) -> str:
@@ -67,6 +70,8 @@ class NNService:
         self.allow_load_bytes = allow_load_bytes and scopes.limits.allow_load_bytes
         self.scopes = scopes
         self.limits = scopes.limits
+        self.heartbeat_s = HEARTBEAT_S
+        """Seconds between the events of a keep-alive stream."""
         self._attached: set[threading.Event] = set()
         self._attached_lock = threading.Lock()
 
@@ -371,7 +376,9 @@ class NNService:
         return self._run(context, "status", body)
 
     def Attach(self, request: Any, context: Any) -> Iterator[Any]:  # noqa: N802
-        """Keep the caller's session alive until this stream ends; then free its scope."""
+        """Keep the caller's session alive while this stream is open, with an event every
+        :attr:`heartbeat_s`; once its last stream ends, the scope is freed after the grace
+        (:class:`.sessions.SessionScopes`)."""
         session = session_of(context)
         if session == ANONYMOUS:
             abort_with(context, invalid("attach: the call names no wasinn-session"))
@@ -382,11 +389,20 @@ class NNService:
         self.scopes.attach(session)
         try:
             yield host.AttachEvent(session=session)
-            ended.wait()
+            while not ended.wait(self.heartbeat_s):
+                yield host.AttachEvent(session=session)
         finally:
             with self._attached_lock:
                 self._attached.discard(ended)
             self.scopes.detach(session)
+
+    def Detach(self, request: Any, context: Any) -> Any:  # noqa: N802
+        """The caller's client is done: free its session's scope now (no grace)."""
+        session = session_of(context)
+        if session == ANONYMOUS:
+            abort_with(context, invalid("detach: the call names no wasinn-session"))
+        self.scopes.end(session, "closed by its client")
+        return host.DetachResult()
 
     def end_attach_streams(self) -> None:
         """Let every keep-alive stream end (server shutdown)."""

@@ -4,8 +4,12 @@ A call names its session in the ``wasinn-session`` metadata; a call without one 
 WasmEdge client) uses the anonymous scope, where handles are shared as in WasmEdge's server.
 A scope is a :class:`~wasinn_host.ephemeral.handles.HandleTables` (the same handle tables
 and limits a guest's Store has), so one session can never name another's graph or context.
-A session's scope is freed when its last ``Attach`` stream ends (the client closed, died or
-stopped answering keep-alive pings) or, for any scope, by the idle timeout.
+A session's scope is freed at once when its client says it is done (``Detach``, sent by a closing
+client), and ``grace_s`` seconds after its last ``Attach`` stream ended otherwise (the client died or
+stopped answering keep-alive pings, or something on the way ended the stream: a proxy's idle or
+stream-age limit, a reset connection), unless the client attaches again meanwhile, as a live client
+does at once: so a stream cut in transit loses no handle.  Any scope's idle contexts are finalised by
+the idle timeout.
 """
 
 from __future__ import annotations
@@ -26,14 +30,18 @@ ANONYMOUS = ""
 class SessionScopes:
     """Every client session's handle tables, under one set of limits and one allow-list."""
 
-    def __init__(self, limits: Limits, allowed: Iterable[str] | None = None) -> None:
+    def __init__(self, limits: Limits, allowed: Iterable[str] | None = None, grace_s: float = 30.0) -> None:
         self.limits = limits
+        self.grace_s = grace_s
+        """How long a session whose keep-alive streams all ended is kept for its client to attach again."""
         self.allowed = list(allowed) if allowed is not None else None
         self.counter = ContextCounter()
         self._lock = threading.Lock()
         self._scopes: dict[str, HandleTables] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._attached: dict[str, int] = {}
+        self._orphaned: dict[str, threading.Timer] = {}
+        """Sessions whose keep-alive streams all ended, each with the timer that frees it after the grace."""
         self.freed_sessions = 0
 
     def scope(self, session: str) -> tuple[HandleTables, threading.Lock]:
@@ -46,25 +54,51 @@ class SessionScopes:
             return state, self._locks[session]
 
     def attach(self, session: str) -> None:
-        """A keep-alive stream of ``session`` opened."""
+        """A keep-alive stream of ``session`` opened (a session waiting out its grace is kept)."""
         with self._lock:
             self._attached[session] = self._attached.get(session, 0) + 1
+            timer = self._orphaned.pop(session, None)
+        if timer is not None:
+            timer.cancel()
+            log.info("session %s attached again", session)
 
     def detach(self, session: str) -> None:
-        """A keep-alive stream of ``session`` ended; the last one frees the session's scope."""
+        """A keep-alive stream of ``session`` ended; after the last one the session's scope is freed once
+        :attr:`grace_s` passes without the client attaching again (at once with no grace)."""
         with self._lock:
             left = self._attached.get(session, 0) - 1
             if left > 0:
                 self._attached[session] = left
                 return
             self._attached.pop(session, None)
+            if self.grace_s > 0 and session in self._scopes and session not in self._orphaned:
+                timer = threading.Timer(self.grace_s, self._expire, (session,))
+                timer.daemon = True
+                self._orphaned[session] = timer
+                timer.start()
+                return
+        self.end(session)
+
+    def _expire(self, session: str) -> None:
+        with self._lock:
+            if self._orphaned.get(session) is not threading.current_thread():
+                return  # attached again (or ended) since the timer started
+            del self._orphaned[session]
+        self.end(session, f"no keep-alive stream for {self.grace_s:g} s")
+
+    def end(self, session: str, why: str = "ended") -> None:
+        """Free ``session``'s scope now (its client closed, or its grace passed)."""
+        with self._lock:
+            timer = self._orphaned.pop(session, None)
             state = self._scopes.pop(session, None)
             self._locks.pop(session, None)
+        if timer is not None:
+            timer.cancel()
         if state is not None:
             contexts, graphs = len(state.contexts), len(state.graphs)
             state.close()
             self.freed_sessions += 1
-            log.info("session %s ended: freed %d contexts and %d graphs", session, contexts, graphs)
+            log.info("session %s %s: freed %d contexts and %d graphs", session, why, contexts, graphs)
 
     def reap_idle(self, idle_seconds: float) -> int:
         """Finalise contexts of any scope unused for ``idle_seconds``; return how many."""
@@ -73,11 +107,13 @@ class SessionScopes:
         return sum(state.reap_idle(idle_seconds) for state in scopes)
 
     def status(self) -> dict[str, int]:
-        """Sessions open, sessions with a keep-alive stream, contexts open, sessions freed."""
+        """Sessions open, sessions with a keep-alive stream, sessions waiting out their grace for their
+        client to attach again, contexts open, sessions freed."""
         with self._lock:
             return {
                 "sessions": len(self._scopes),
                 "attached": len(self._attached),
+                "orphaned": len(self._orphaned),
                 "contexts": self.counter.value,
                 "freed_sessions": self.freed_sessions,
             }
@@ -86,8 +122,12 @@ class SessionScopes:
         """Free every scope."""
         with self._lock:
             scopes = list(self._scopes.values())
+            timers = list(self._orphaned.values())
             self._scopes.clear()
             self._locks.clear()
             self._attached.clear()
+            self._orphaned.clear()
+        for timer in timers:
+            timer.cancel()
         for state in scopes:
             state.close()
