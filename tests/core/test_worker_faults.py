@@ -181,3 +181,31 @@ def test_a_stream_listener_that_raises_leaves_the_stream_its_tokens(
     assert text(after) == "67"
     assert not [r for r in caplog.records if "worker error" in r.message]
     assert {r.message for r in caplog.records} == {"wasinn: a stream's listener failed"}
+
+
+def test_a_piece_callback_that_raises_ends_its_request_alone(
+    fake_model: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    worker = make_worker(fake_model)
+    pieces: list[bytes] = []
+
+    def on_piece(piece: bytes) -> None:
+        pieces.append(piece)
+        if len(pieces) == 3:
+            raise RuntimeError("the caller's sink failed")
+
+    with caplog.at_level(logging.ERROR, logger="wasinn_host"):
+        bystander: list[GenerationResult] = []
+        long = threading.Thread(target=lambda: bystander.append(worker.submit(request("1", 40), ContextState())))
+        long.start()
+        failed = worker.submit(request("12", 10, on_piece=on_piece), ContextState())
+        long.join(10.0)
+        after = worker.submit(request("5", 2), ContextState())
+    worker.close()
+    assert pieces == [b"3", b"4", b"5"]
+    assert failed.stop_reason is StopReason.INTERNAL_ERROR
+    assert failed.error is not None and failed.error.kind is ErrorKind.RUNTIME_ERROR
+    assert [(text(r), r.stop_reason) for r in bystander] == [("2345678901" * 4, StopReason.N_PREDICT)]
+    assert text(after) == "67"
+    assert not [r for r in caplog.records if "worker error" in r.message]
+    assert [r.message for r in caplog.records] == ["model fake: a request's piece callback failed; the request ends"]

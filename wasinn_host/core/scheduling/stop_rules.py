@@ -35,11 +35,16 @@ def stop_rule(
     model: Model, context: Context, job: Job, token: int, piece: bytes, n_ctx_seq: int, name: str
 ) -> StopReason | None:
     """The rule that ends a whole generation after this token, or None to go on (``name``: the model's,
-    for the log).  Calls the request's ``on_piece`` first; may shift the context (see :func:`shift`)."""
+    for the log).  Calls the request's ``on_piece`` first (one that raises ends this request alone, with an
+    internal error: the worker's other requests go on); may shift the context (see :func:`shift`)."""
     request, result = job.request, job.result
     stop = request.stopping
     if request.on_piece is not None:
-        request.on_piece(piece)
+        try:
+            request.on_piece(piece)
+        except Exception:
+            log.exception("model %s: a request's piece callback failed; the request ends", name)
+            return StopReason.INTERNAL_ERROR
     if stop.reverse_prompt and stop.reverse_prompt.encode() in result.text:
         return StopReason.REVERSE_PROMPT
     if stop.stop and cut_at_stop(result.text, stop.stop, len(piece)):
