@@ -4,6 +4,7 @@ server's grace, and the stream carries a heartbeat so that no proxy takes it for
 
 from __future__ import annotations
 
+import logging
 import pathlib
 import threading
 import time
@@ -12,10 +13,11 @@ import grpc
 import pytest
 
 from wasinn_host import ModelRegistry, WasiNN
+from wasinn_host.core.errors import ErrorKind, WasiNNError
 from wasinn_host.rpc.messages import SESSION_KEY, host, host_grpc, nn, nn_grpc
 from wasinn_host.rpc.server import NNServer
 
-from .servers import serve, wait_for
+from .servers import nn_config, serve, wait_for
 
 
 def test_a_keep_alive_stream_cut_on_the_way_loses_no_handle(server: NNServer, caplog: pytest.LogCaptureFixture) -> None:
@@ -24,9 +26,11 @@ def test_a_keep_alive_stream_cut_on_the_way_loses_no_handle(server: NNServer, ca
         session = client.session("succ")
         assert session.complete("x") == "yz</s>"
         (endpoint,) = client.backend.endpoints.values()  # type: ignore[attr-defined]
-        first = endpoint._attach
-        first.cancel()  # as a proxy's reset would: the server sees the stream end, the client is alive
-        assert wait_for(lambda: endpoint._attach is not first and server.scopes.status()["attached"] == 1)
+        time.sleep(1.1)  # a stream that worked a while (one cut at once is retried after a wait)
+        first = endpoint.keeper._stream
+        with caplog.at_level(logging.INFO, logger="wasinn_host"):
+            first.cancel()  # as a proxy's reset would: the server sees the stream end, the client is alive
+            assert wait_for(lambda: endpoint.keeper._stream is not first and server.scopes.status()["attached"] == 1)
         assert server.scopes.status() == {
             "sessions": 1,
             "attached": 1,
@@ -38,7 +42,46 @@ def test_a_keep_alive_stream_cut_on_the_way_loses_no_handle(server: NNServer, ca
         assert "keep-alive stream ended" in caplog.text
     finally:
         client.close()
+        client.close()  # a second close does nothing
     assert wait_for(lambda: server.scopes.status()["freed_sessions"] == 1)
+
+
+def test_an_outage_the_session_survives_keeps_its_handles_and_frees_what_closed_meanwhile(server: NNServer) -> None:
+    client = WasiNN(rpc=server.address.target)
+    try:
+        first, second = client.session("succ"), client.session("succ")
+        assert first.complete("x") == "yz</s>"
+        (endpoint,) = client.backend.endpoints.values()  # type: ignore[attr-defined]
+        assert wait_for(lambda: endpoint.keeper.scope is not None)
+        (scope,) = server.scopes._scopes.values()
+        assert (len(scope.graphs), len(scope.contexts)) == (1, 2)
+        endpoint.mark_down("a blip")  # as a call that found the server unreachable would
+        second.close()  # while down: finalised once the server answers again
+        time.sleep(1.1)  # the endpoint is probed again after a second
+        third = client.session("succ")  # the probe finds the server with the same scope
+        assert endpoint.down_since is None
+        assert third.complete("x") == "yz</s>"
+        assert (len(scope.graphs), len(scope.contexts)) == (1, 2), "the graph was shared again, the context freed"
+        assert first.complete("x") == "yz</s>"
+    finally:
+        client.close()
+
+
+def test_a_server_that_lost_the_session_is_used_afresh(registry: ModelRegistry, tmp_path: pathlib.Path) -> None:
+    sock = tmp_path / "again.sock"
+    srv = serve(registry, sock)
+    client = WasiNN(rpc=srv.address.target)
+    try:
+        assert client.session("succ").complete("x") == "yz</s>"
+        (endpoint,) = client.backend.endpoints.values()  # type: ignore[attr-defined]
+        assert wait_for(lambda: endpoint.keeper.scope is not None)
+        srv.stop(0)
+        srv = serve(registry, sock)  # a new server: the session's handles are gone
+        assert wait_for(lambda: endpoint.keeper.scope == srv.scopes.scope_id(client.backend.session), 15.0)  # type: ignore[attr-defined]
+        assert client.session("succ").complete("x") == "yz</s>"  # the graph is loaded anew there
+    finally:
+        client.close()
+        srv.stop(0)
 
 
 def _open_session(channel: grpc.Channel, name: str) -> tuple[tuple[tuple[str, str], ...], object]:
@@ -114,3 +157,17 @@ def test_the_keep_alive_stream_carries_a_heartbeat(server: NNServer) -> None:
     stream.cancel()
     channel.close()
     assert events == ["beat"] * 4
+
+
+def test_a_refused_load_leaves_the_servers_own_service_in_use(server: NNServer) -> None:
+    client = WasiNN(rpc=server.address.target)
+    try:
+        with pytest.raises(WasiNNError) as info:  # the server takes no models as bytes (no --allow-load-bytes)
+            client.backend.load_bytes(b"GGUF", nn_config())
+        assert info.value.kind is ErrorKind.UNSUPPORTED
+        (endpoint,) = client.backend.endpoints.values()  # type: ignore[attr-defined]
+        assert endpoint.has_host is not False
+        assert client.backend.status()["rpc"]["backends"][0]["status"]["rpc"]["sessions"] >= 1
+    finally:
+        client.close()
+    assert wait_for(lambda: server.scopes.status()["freed_sessions"] == 1)  # told by Detach, not after the grace

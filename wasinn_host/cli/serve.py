@@ -54,14 +54,18 @@ examples:
 """
 
 
+MAX_SECONDS = 10_000_000
+"""The longest ``--session-grace`` (about 116 days; a timer takes no longer)."""
+
+
 def _seconds(text: str) -> float:
     """A number of seconds, 0 or more."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give 0 or more seconds")
+    if not math.isfinite(value) or not 0 <= value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 0 to {MAX_SECONDS:,} seconds")
     return value
 
 

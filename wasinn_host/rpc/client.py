@@ -326,10 +326,14 @@ class RemoteContext:
             if self._future is not None:
                 self._future.cancel()
         self.endpoint.contexts -= 1
-        if self.endpoint.down_since is not None or self.endpoint.closed:
+        if self.endpoint.closed:
             return  # the server frees the session's contexts itself
+        request = host.FinalizeRequest(ctx_handle=self.handle)
+        if self.endpoint.down_since is not None:
+            self.endpoint.keeper.later("FinalizeExecutionContext", request)
+            return
         try:
-            self.endpoint.host_call("FinalizeExecutionContext", host.FinalizeRequest(ctx_handle=self.handle))
+            self.endpoint.host_call("FinalizeExecutionContext", request)
         except WasiNNError as err:
             if err.kind is not ErrorKind.UNSUPPORTED:
                 log.info("finalize of remote context %d on %s: %s", self.handle, self.endpoint.target, err.message)
@@ -421,12 +425,12 @@ class RemoteBackend:
         for target in all_backend_targets(self.uris):
             if target not in self.endpoints:
                 endpoint = Endpoint(target, self.session, self.options)
-                endpoint.on_down = self._forget
+                endpoint.on_lost = self._forget
                 self.endpoints[target] = endpoint
                 endpoint.attach()
 
     def _forget(self, endpoint: Endpoint) -> None:
-        """A backend went down: its shared graph handles mean nothing if it comes back."""
+        """A backend no longer holds this client's handles: its shared graph handles mean nothing there."""
         for key in [key for key in self._shared if key[0] == endpoint.target]:
             del self._shared[key]
 
@@ -471,10 +475,14 @@ class RemoteBackend:
                 return
             del self._shared[key]
         endpoint = self.endpoints.get(target)
-        if endpoint is None or endpoint.down_since is not None:
+        if endpoint is None or endpoint.closed:
+            return
+        request = host.UnloadRequest(graph_handle=handle)
+        if endpoint.down_since is not None:
+            endpoint.keeper.later("Unload", request)
             return
         try:
-            endpoint.host_call("Unload", host.UnloadRequest(graph_handle=handle))
+            endpoint.host_call("Unload", request)
         except WasiNNError as err:
             if err.kind is not ErrorKind.UNSUPPORTED:
                 log.info("unload of remote graph %d on %s: %s", handle, target, err.message)
@@ -517,6 +525,9 @@ class RemoteBackend:
         return {"rpc": {"session": self.session, "backends": backends}}
 
     def close(self) -> None:
-        """Close every channel (the servers free this session's contexts and graphs)."""
+        """Close every channel (the servers free this session's contexts and graphs), the servers told
+        together."""
+        for endpoint in self.endpoints.values():
+            endpoint.begin_close()
         for endpoint in self.endpoints.values():
             endpoint.close()

@@ -4,9 +4,8 @@ Every call carries the client's session id (and the token, if any); a failed cal
 :class:`WasiNNError` through :func:`~wasinn_host.rpc.wire_errors.error_from` (errno trailer,
 else a runtime error).  A call that finds the server unreachable marks it down with one log
 line; placement skips it until a status probe succeeds again (gRPC reconnects by itself).
-A keep-alive ``Attach`` stream keeps this session on the server while the client lives: opened again
-if something ends it on the way, and the client's ``close`` says ``Detach``, so the server frees the
-session at once (after its grace if the client just dies).
+The session's keep-alive stream, its scope's id, the frees kept through an outage and the closing
+``Detach`` are the :class:`~.session_keeper.SessionKeeper`'s.
 """
 
 from __future__ import annotations
@@ -21,17 +20,13 @@ import grpc
 
 from ..core.errors import ErrorKind, WasiNNError
 from .messages import KEEPALIVE, MAX_MESSAGE, SESSION_KEY, TOKEN_KEY, host, host_grpc, nn_grpc
+from .session_keeper import SessionKeeper
 from .wire_errors import errno_of, error_from
 
 log = logging.getLogger("wasinn_host")
 
 RETRY_SECONDS = 1.0
 """How long a backend found down is skipped before a probe is tried again."""
-REATTACH_SECONDS = (0.2, 5.0)
-"""The first and the longest wait before a keep-alive stream that ended is opened again (doubling
-while the server cannot be reached; well within the server's grace, 30 s by default)."""
-DETACH_TIMEOUT = 2.0
-"""How long a closing client waits for the server to take its ``Detach``."""
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE),
     ("grpc.max_send_message_length", MAX_MESSAGE),
@@ -87,11 +82,13 @@ class Endpoint:
         """True after :meth:`close`: calls fail with a runtime error instead of grpcio's ValueError."""
         self.contexts = 0
         """Contexts this client has open on the server."""
-        self._attach: Any = None
-        self._keeper: threading.Thread | None = None
-        self._reattach = threading.Event()
         self._lock = threading.Lock()
-        self.on_down: Callable[[Endpoint], None] | None = None
+        self._finished = False
+        self.on_lost: Callable[[Endpoint], None] | None = None
+        """Called when the server no longer holds this client's handles (it restarted, or the client was
+        away longer than its grace; for a server that keeps no session across an outage, when it is found
+        unreachable): the client forgets them."""
+        self.keeper = SessionKeeper(self)
 
     def call(self, rpc: Any, request: Any, method: str, timeout: float | None = None) -> Any:
         """``rpc(request)`` with the session metadata; failures as :class:`WasiNNError`."""
@@ -135,8 +132,8 @@ class Endpoint:
         err = error_from(exc, self.target, method)
         if errno_of(exc) is None and exc.code() == grpc.StatusCode.UNAVAILABLE:
             self.mark_down(str(exc.details()))
-        elif err.kind is ErrorKind.UNSUPPORTED and method in HOST_METHODS:
-            self.has_host = False
+        elif errno_of(exc) is None and exc.code() == grpc.StatusCode.UNIMPLEMENTED and method in HOST_METHODS:
+            self.has_host = False  # (an errno, e.g. a Load the server refuses, says nothing of the service)
         return err
 
     def host_call(self, method: str, request: Any) -> Any:
@@ -152,9 +149,11 @@ class Endpoint:
         if self.has_host is False:
             return None
         try:
-            return int(self.host_call("Status", host.StatusRequest()).contexts)
+            reply = self.host_call("Status", host.StatusRequest())
         except WasiNNError:
             return None
+        self.keeper.saw_scope(reply.scope)
+        return int(reply.contexts)
 
     def mark_down(self, why: str) -> None:
         """Note the server unreachable (one log line per outage)."""
@@ -164,8 +163,8 @@ class Endpoint:
                 return
             self.down_since = time.monotonic()
         log.error("RPC backend %s is unreachable: %s; its contexts fail with errno 5", self.target, why)
-        if self.on_down is not None:
-            self.on_down(self)
+        if not self.keeper.keeps_sessions and self.on_lost is not None:
+            self.on_lost(self)  # such a server frees the session once its keep-alive stream ends
 
     def usable(self) -> bool:
         """Up, or down long enough ago that a probe is worth it and succeeds."""
@@ -174,72 +173,39 @@ class Endpoint:
         if time.monotonic() - self.down_since < RETRY_SECONDS:
             return False
         before = self.down_since
+        scope = ""
         try:
-            self.call(self.host.Status, host.StatusRequest(), "Status", timeout=2.0)
+            scope = self.call(self.host.Status, host.StatusRequest(), "Status", timeout=2.0).scope
         except WasiNNError as err:
             if self.down_since != before:  # still unreachable (any answer at all means it is up)
                 return False
             self.has_host = err.kind is not ErrorKind.UNSUPPORTED
         log.warning("RPC backend %s is reachable again", self.target)
         self.down_since = None
+        self.keeper.saw_scope(scope)
         self.attach()
         return True
 
     def attach(self) -> None:
-        """Keep this client's session on the server: a keep-alive stream, opened again whenever it ends
-        while the client is open (the server keeps the session for a grace meanwhile); if the stream is
-        waiting to be opened again, now."""
-        if self.has_host is False or self.closed:
-            return
-        with self._lock:
-            if self._keeper is not None and self._keeper.is_alive():
-                self._reattach.set()
-                return
-            self._keeper = threading.Thread(target=self._keep_alive, daemon=True, name="wasinn-attach")
-            self._keeper.start()
+        """Keep this client's session on the server (:meth:`.SessionKeeper.start`)."""
+        self.keeper.start()
 
-    def _keep_alive(self) -> None:
-        delay = REATTACH_SECONDS[0]
-        while not self.closed:
-            call = self.host.Attach(host.AttachRequest(), metadata=self.metadata)
-            self._attach = call
-            if self.closed:  # close() may have cancelled the stream before this one
-                call.cancel()
-                return
-            events = 0
-            why = "the server ended it"
-            try:
-                for _ in call:
-                    events += 1
-                    self.has_host = True
-            except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                    self.has_host = False  # a server without this host's service (WasmEdge's)
-                    return
-                why = f"{exc.code().name}: {exc.details()}"
-            if self.closed:
-                return
-            if events:  # it was open (a server that cannot be reached is logged as down instead)
-                delay = REATTACH_SECONDS[0]
-                log.warning(
-                    "RPC backend %s: the session's keep-alive stream ended (%s); opening it again", self.target, why
-                )
-            self._reattach.wait(delay)
-            self._reattach.clear()
-            delay = min(delay * 2, REATTACH_SECONDS[1])
+    def begin_close(self) -> None:
+        """The first half of :meth:`close`: no more calls; the server is told the session is done (so that a
+        client closing several endpoints waits for their answers together)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.keeper.begin_close()
 
     def close(self) -> None:
         """Tell the server this session is done (it frees the session's contexts and graphs at once), end
-        the keep-alive stream and the channel."""
-        self.closed = True
-        if self.has_host is not False and self.down_since is None:
-            try:
-                self.host.Detach(host.DetachRequest(), metadata=self.metadata, timeout=DETACH_TIMEOUT)
-            except grpc.RpcError:
-                pass  # a server without Detach frees the session once the stream ends, after its grace
-        self._reattach.set()
-        if self._attach is not None:
-            self._attach.cancel()
+        the keep-alive stream and the channel (again: nothing)."""
+        self.begin_close()
+        if self._finished:
+            return
+        self._finished = True
+        self.keeper.end()
         self.channel.close()
 
 

@@ -371,7 +371,11 @@ class NNService:
         """The status JSON and the number of contexts open (the client's placement load)."""
 
         def body(state: HandleTables, lock: threading.Lock, session: str) -> Any:
-            return host.StatusResult(json=orjson.dumps(self.status()).decode(), contexts=self.scopes.counter.value)
+            return host.StatusResult(
+                json=orjson.dumps(self.status()).decode(),
+                contexts=self.scopes.counter.value,
+                scope=self.scopes.scope_id(session),
+            )
 
         return self._run(context, "status", body)
 
@@ -386,11 +390,11 @@ class NNService:
         context.add_callback(ended.set)
         with self._attached_lock:
             self._attached.add(ended)
-        self.scopes.attach(session)
+        scope = self.scopes.attach(session)
         try:
-            yield host.AttachEvent(session=session)
+            yield host.AttachEvent(session=session, scope=scope)
             while not ended.wait(self.heartbeat_s):
-                yield host.AttachEvent(session=session)
+                yield host.AttachEvent(session=session, scope=scope)
         finally:
             with self._attached_lock:
                 self._attached.discard(ended)

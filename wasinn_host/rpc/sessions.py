@@ -8,14 +8,17 @@ A session's scope is freed at once when its client says it is done (``Detach``, 
 client), and ``grace_s`` seconds after its last ``Attach`` stream ended otherwise (the client died or
 stopped answering keep-alive pings, or something on the way ended the stream: a proxy's idle or
 stream-age limit, a reset connection), unless the client attaches again meanwhile, as a live client
-does at once: so a stream cut in transit loses no handle.  Any scope's idle contexts are finalised by
-the idle timeout.
+does at once: so a stream cut in transit loses no handle.  Each scope has an id, new whenever the scope
+is made anew, which the keep-alive stream and ``Status`` give the client: a client that sees another id
+than before knows that its handles there are gone (the server restarted, or the client was away longer
+than the grace).  Any scope's idle contexts are finalised by the idle timeout.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from typing import Iterable
 
 from ..core.config.limits import Limits
@@ -40,6 +43,8 @@ class SessionScopes:
         self._scopes: dict[str, HandleTables] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._attached: dict[str, int] = {}
+        self._ids: dict[str, str] = {}
+        """Each scope's id (:meth:`scope_id`)."""
         self._orphaned: dict[str, threading.Timer] = {}
         """Sessions whose keep-alive streams all ended, each with the timer that frees it after the grace."""
         self.freed_sessions = 0
@@ -47,20 +52,35 @@ class SessionScopes:
     def scope(self, session: str) -> tuple[HandleTables, threading.Lock]:
         """The scope of ``session`` (created on first use) and the lock guarding its handle tables."""
         with self._lock:
-            state = self._scopes.get(session)
-            if state is None:
-                state = self._scopes[session] = HandleTables(self.limits, self.counter, self.allowed)
-                self._locks[session] = threading.Lock()
-            return state, self._locks[session]
+            return self._scope_locked(session)
 
-    def attach(self, session: str) -> None:
-        """A keep-alive stream of ``session`` opened (a session waiting out its grace is kept)."""
+    def _scope_locked(self, session: str) -> tuple[HandleTables, threading.Lock]:
+        state = self._scopes.get(session)
+        if state is None:
+            state = self._scopes[session] = HandleTables(self.limits, self.counter, self.allowed)
+            self._locks[session] = threading.Lock()
+            self._ids[session] = uuid.uuid4().hex
+        return state, self._locks[session]
+
+    def scope_id(self, session: str) -> str:
+        """The id of ``session``'s scope (created if need be): a new one whenever the scope is made anew,
+        so a client that sees another id knows its handles there are gone."""
+        with self._lock:
+            self._scope_locked(session)
+            return self._ids[session]
+
+    def attach(self, session: str) -> str:
+        """A keep-alive stream of ``session`` opened (a session waiting out its grace is kept); the id of
+        its scope."""
         with self._lock:
             self._attached[session] = self._attached.get(session, 0) + 1
             timer = self._orphaned.pop(session, None)
+            self._scope_locked(session)
+            scope_id = self._ids[session]
         if timer is not None:
             timer.cancel()
             log.info("session %s attached again", session)
+        return scope_id
 
     def detach(self, session: str) -> None:
         """A keep-alive stream of ``session`` ended; after the last one the session's scope is freed once
@@ -77,27 +97,39 @@ class SessionScopes:
                 self._orphaned[session] = timer
                 timer.start()
                 return
-        self.end(session)
+            state = self._pop_locked(session)
+        self._free(session, state, "ended")
 
     def _expire(self, session: str) -> None:
         with self._lock:
             if self._orphaned.get(session) is not threading.current_thread():
                 return  # attached again (or ended) since the timer started
-            del self._orphaned[session]
-        self.end(session, f"no keep-alive stream for {self.grace_s:g} s")
+            state = self._pop_locked(session)
+        self._free(session, state, f"had no keep-alive stream for {self.grace_s:g} s")
 
     def end(self, session: str, why: str = "ended") -> None:
         """Free ``session``'s scope now (its client closed, or its grace passed)."""
         with self._lock:
-            timer = self._orphaned.pop(session, None)
-            state = self._scopes.pop(session, None)
-            self._locks.pop(session, None)
+            state = self._pop_locked(session)
+        self._free(session, state, why)
+
+    def _pop_locked(self, session: str) -> HandleTables | None:
+        """Take ``session``'s scope out of the tables (holding ``_lock``): a later call makes a new one."""
+        timer = self._orphaned.pop(session, None)
         if timer is not None:
             timer.cancel()
+        self._locks.pop(session, None)
+        self._ids.pop(session, None)
+        state = self._scopes.pop(session, None)
+        if state is not None:
+            self.freed_sessions += 1
+        return state
+
+    @staticmethod
+    def _free(session: str, state: HandleTables | None, why: str) -> None:
         if state is not None:
             contexts, graphs = len(state.contexts), len(state.graphs)
             state.close()
-            self.freed_sessions += 1
             log.info("session %s %s: freed %d contexts and %d graphs", session, why, contexts, graphs)
 
     def reap_idle(self, idle_seconds: float) -> int:
@@ -126,6 +158,7 @@ class SessionScopes:
             self._scopes.clear()
             self._locks.clear()
             self._attached.clear()
+            self._ids.clear()
             self._orphaned.clear()
         for timer in timers:
             timer.cancel()
