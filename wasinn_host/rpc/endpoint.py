@@ -153,6 +153,7 @@ class Endpoint:
         except WasiNNError:
             return None
         self.keeper.saw_scope(reply.scope)
+        self.keeper.start(now=False)  # (the keep-alive loop stops after a long outage; the server answers again)
         return int(reply.contexts)
 
     def mark_down(self, why: str) -> None:

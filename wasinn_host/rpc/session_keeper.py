@@ -59,14 +59,16 @@ class SessionKeeper:
         self._lock = threading.Lock()
         self._detach: Any = None
 
-    def start(self) -> None:
-        """Keep the session: start the keep-alive loop, or if it waits to open the stream again, now."""
+    def start(self, now: bool = True) -> None:
+        """Keep the session: start the keep-alive loop if it is not running; if it is and waits to open the
+        stream again, open it ``now``."""
         endpoint = self.endpoint
         if endpoint.has_host is False or endpoint.closed:
             return
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
-                self._wake.set()
+                if now:
+                    self._wake.set()
                 return
             self._thread = threading.Thread(target=self._keep, daemon=True, name="wasinn-attach")
             self._thread.start()
