@@ -55,7 +55,7 @@ examples:
 
 
 MAX_SECONDS = 10_000_000
-"""The longest ``--session-grace`` (about 116 days; a timer takes no longer)."""
+"""The longest ``--session-grace`` accepted (about 116 days)."""
 
 
 def _seconds(text: str) -> float:
