@@ -21,15 +21,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable, Protocol
 
 import grpc
 
 from ..core.errors import WasiNNError
 from .messages import host
-
-if TYPE_CHECKING:
-    from .endpoint import Endpoint
 
 log = logging.getLogger("wasinn_host")
 
@@ -45,10 +42,26 @@ DETACH_TIMEOUT = 2.0
 """How long a closing client waits for the server to take its ``Detach``."""
 
 
+class KeptEndpoint(Protocol):
+    """What the keeper needs of its :class:`~.endpoint.Endpoint`."""
+
+    target: str
+    host: Any
+    """The ``Host`` service's stub."""
+    metadata: tuple[tuple[str, str], ...]
+    has_host: bool | None
+    down_since: float | None
+    closed: bool
+    on_lost: Callable[[Any], None] | None
+
+    def host_call(self, method: str, request: Any) -> Any:
+        """A call of the ``Host`` service (failures as :class:`WasiNNError`)."""
+
+
 class SessionKeeper:
     """The keep-alive stream, the scope's id, frees kept for later and the ``Detach`` of one endpoint."""
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(self, endpoint: KeptEndpoint) -> None:
         self.endpoint = endpoint
         self.scope: str | None = None
         """The server's id of this session's scope, as last seen (None: not seen yet, or none named)."""
