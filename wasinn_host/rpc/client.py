@@ -430,9 +430,11 @@ class RemoteBackend:
                 endpoint.attach()
 
     def _forget(self, endpoint: Endpoint) -> None:
-        """A backend no longer holds this client's handles: its shared graph handles mean nothing there."""
-        for key in [key for key in self._shared if key[0] == endpoint.target]:
-            del self._shared[key]
+        """A backend no longer holds this client's handles: its shared graph handles mean nothing there
+        (called from the session keeper's thread too, hence the lock)."""
+        with self.placing:
+            for key in [key for key in self._shared if key[0] == endpoint.target]:
+                del self._shared[key]
 
     def place(self) -> Endpoint:
         """The backend for a new graph or context: fewest open contexts, else round robin."""
