@@ -165,7 +165,7 @@ class Endpoint:
             self.down_since = time.monotonic()
         log.error("RPC backend %s is unreachable: %s; its contexts fail with errno 5", self.target, why)
         if not self.keeper.keeps_sessions and self.on_lost is not None:
-            self.on_lost(self)  # such a server frees the session once its keep-alive stream ends
+            self.on_lost(self)  # a server that names no scope: its handles are taken for gone, as before
 
     def usable(self) -> bool:
         """Up, or down long enough ago that a probe is worth it and succeeds."""
