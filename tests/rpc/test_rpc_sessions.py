@@ -13,9 +13,11 @@ import grpc
 import pytest
 
 from wasinn_host import ModelRegistry, WasiNN
+from wasinn_host.core.config.limits import Limits
 from wasinn_host.core.errors import ErrorKind, WasiNNError
 from wasinn_host.rpc.messages import SESSION_KEY, host, host_grpc, nn, nn_grpc
 from wasinn_host.rpc.server import NNServer
+from wasinn_host.rpc.sessions import SessionScopes
 
 from .servers import nn_config, serve, wait_for
 
@@ -171,3 +173,18 @@ def test_a_refused_load_leaves_the_servers_own_service_in_use(server: NNServer) 
     finally:
         client.close()
     assert wait_for(lambda: server.scopes.status()["freed_sessions"] == 1)  # told by Detach, not after the grace
+
+
+def test_sessions_waiting_out_their_grace_share_one_thread() -> None:
+    scopes = SessionScopes(Limits(), grace_s=0.3)
+    before = set(threading.enumerate())
+    for i in range(50):  # as after a proxy's restart: every client's stream ends at once
+        scopes.scope(f"s{i}")
+        scopes.attach(f"s{i}")
+        scopes.detach(f"s{i}")
+    assert scopes.status()["orphaned"] == 50
+    assert [thread.name for thread in set(threading.enumerate()) - before] == ["wasinn-grace"]
+    scopes.attach("s7")  # one client comes back in time
+    assert wait_for(lambda: scopes.status()["freed_sessions"] == 49)
+    assert scopes.status() == {"sessions": 1, "attached": 1, "orphaned": 0, "contexts": 0, "freed_sessions": 49}
+    scopes.close()

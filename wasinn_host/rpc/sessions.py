@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from typing import Iterable
 
@@ -40,13 +41,17 @@ class SessionScopes:
         self.allowed = list(allowed) if allowed is not None else None
         self.counter = ContextCounter()
         self._lock = threading.Lock()
+        self._grace_due = threading.Condition(self._lock)
+        """Wakes the thread that frees sessions whose grace ran out (:meth:`_free_expired`)."""
+        self._expirer: threading.Thread | None = None
+        self._closed = False
         self._scopes: dict[str, HandleTables] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._attached: dict[str, int] = {}
         self._ids: dict[str, str] = {}
         """Each scope's id (:meth:`scope_id`)."""
-        self._orphaned: dict[str, threading.Timer] = {}
-        """Sessions whose keep-alive streams all ended, each with the timer that frees it after the grace."""
+        self._orphaned: dict[str, float] = {}
+        """Sessions whose keep-alive streams all ended, each with when its grace runs out (monotonic)."""
         self.freed_sessions = 0
 
     def scope(self, session: str) -> tuple[HandleTables, threading.Lock]:
@@ -74,11 +79,10 @@ class SessionScopes:
         its scope."""
         with self._lock:
             self._attached[session] = self._attached.get(session, 0) + 1
-            timer = self._orphaned.pop(session, None)
+            kept = self._orphaned.pop(session, None) is not None
             self._scope_locked(session)
             scope_id = self._ids[session]
-        if timer is not None:
-            timer.cancel()
+        if kept:
             log.info("session %s attached again", session)
         return scope_id
 
@@ -91,21 +95,32 @@ class SessionScopes:
                 self._attached[session] = left
                 return
             self._attached.pop(session, None)
-            if self.grace_s > 0 and session in self._scopes and session not in self._orphaned:
-                timer = threading.Timer(self.grace_s, self._expire, (session,))
-                timer.daemon = True
-                self._orphaned[session] = timer
-                timer.start()
+            if self.grace_s > 0 and session in self._scopes and not self._closed:
+                self._orphaned[session] = time.monotonic() + self.grace_s
+                if self._expirer is None:
+                    self._expirer = threading.Thread(target=self._free_expired, daemon=True, name="wasinn-grace")
+                    self._expirer.start()
+                self._grace_due.notify()
                 return
             state = self._pop_locked(session)
         self._free(session, state, "ended")
 
-    def _expire(self, session: str) -> None:
-        with self._lock:
-            if self._orphaned.get(session) is not threading.current_thread():
-                return  # attached again (or ended) since the timer started
-            state = self._pop_locked(session)
-        self._free(session, state, f"had no keep-alive stream for {self.grace_s:g} s")
+    def _free_expired(self) -> None:
+        """The thread that frees each session whose grace ran out (one for all of them)."""
+        why = f"had no keep-alive stream for {self.grace_s:g} s"
+        while True:
+            with self._lock:
+                while not self._closed:
+                    now = time.monotonic()
+                    expired = [session for session, due in self._orphaned.items() if due <= now]
+                    if expired:
+                        break
+                    self._grace_due.wait(min(self._orphaned.values(), default=now + 3600.0) - now)
+                if self._closed:
+                    return
+                freed = [(session, self._pop_locked(session)) for session in expired]
+            for session, state in freed:
+                self._free(session, state, why)
 
     def end(self, session: str, why: str = "ended") -> None:
         """Free ``session``'s scope now (its client closed, or its grace passed)."""
@@ -115,9 +130,7 @@ class SessionScopes:
 
     def _pop_locked(self, session: str) -> HandleTables | None:
         """Take ``session``'s scope out of the tables (holding ``_lock``): a later call makes a new one."""
-        timer = self._orphaned.pop(session, None)
-        if timer is not None:
-            timer.cancel()
+        self._orphaned.pop(session, None)
         self._locks.pop(session, None)
         self._ids.pop(session, None)
         state = self._scopes.pop(session, None)
@@ -154,13 +167,12 @@ class SessionScopes:
         """Free every scope."""
         with self._lock:
             scopes = list(self._scopes.values())
-            timers = list(self._orphaned.values())
+            self._closed = True
+            self._grace_due.notify()
             self._scopes.clear()
             self._locks.clear()
             self._attached.clear()
             self._ids.clear()
             self._orphaned.clear()
-        for timer in timers:
-            timer.cancel()
         for state in scopes:
             state.close()
