@@ -31,7 +31,10 @@ cost per pass and per token:
     seconds = sum over passes of  fixed + per_token * tokens + per_cell[row class] * cells
 
 :meth:`StepCost.decode_seconds` prices a batch pass by pass with it.  A pass of a class the decodes
-have not shown is priced by the pooled fit, so the planner tries it and learns what it costs.  A
+have not shown is priced by the pooled fit, so the planner tries it and learns what it costs; a class
+the decodes have shown only at few cells (a warm-up's short prompts) is held near the pooled fit's cost
+per cell by a ridge penalty as strong as the timings are noisy, so that a few milliseconds of noise over
+a few hundred cells do not price its cells at many times their cost.  A
 linear fit extrapolates a chunk late in a long prompt from the earlier ones, where llama.cpp's cost per
 cell grows as the prompt outgrows the caches; so a decode with a chunk is priced times
 :attr:`StepCost.chunk_bias`, which follows what such decodes took against their estimates.
@@ -59,6 +62,10 @@ PRICED_MAX = 4096
 """Batches :meth:`StepCost.decode_seconds` remembers the price of (until the fits change) at most."""
 BIAS_WEIGHT = 0.2
 """The weight of a decode's measured-over-estimated ratio in :attr:`StepCost.chunk_bias`."""
+PRIOR_SPREAD = 1.0
+"""How far, as a share of the pooled fit's cost per cell, a row class's own cost per cell is expected to lie
+from it before its decodes say so: the prior of the per-class fit's ridge (:meth:`StepCost._solve_classed`)."""
+
 
 Entry = tuple[int, int, int]
 """One sequence's part of a batch: ``(sequence id, tokens, position of its first token)``."""
@@ -140,9 +147,13 @@ class StepCost:
         """Decayed sums of ``x xᵀ`` and ``x * seconds``, ``x`` = (passes, tokens, cells of each row class)."""
         self._classed = 0
         """Decodes the per-class sums have seen."""
-        self._single = [0.0] * 9
+        self._single = [0.0] * 11
         self._singles = 0
-        """One-row decodes not yet in ``_cx``/``_cy``: their decayed sums, as the pooled fit's, and count."""
+        """One-row decodes not yet in ``_cx``/``_cy``: their decayed sums, as the pooled fit's, then of
+        ``seconds ** 2`` and of the decodes, and their count."""
+        self._cyy = 0.0
+        self._cn = 0.0
+        """Decayed sums of ``seconds ** 2`` and of the decodes (their weights), for the fit's noise."""
         self._class_fit: tuple[float, float, list[float | None]] | None = None
         self._priced: dict[tuple[Entry, ...], float] = {}
         """:meth:`decode_seconds` of the batches priced since the fits last changed: a plan prices the
@@ -195,7 +206,7 @@ class StepCost:
         # the per-class sums of a one-row decode touch only passes, tokens and class 0's cells: kept in
         # plain floats until the sums are next needed (a carried plan's step records one of these)
         u, n, c = float(n_passes), float(n_tokens), float(cells)
-        terms = (u * u, u * n, u * c, n * n, n * c, c * c, u * seconds, n * seconds, c * seconds)
+        terms = (u * u, u * n, u * c, n * n, n * c, c * c, u * seconds, n * seconds, c * seconds, seconds**2, 1.0)
         self._single = [total * _DECAY + term for total, term in zip(self._single, terms)]
         self._singles += 1
         self._classed += 1
@@ -209,10 +220,12 @@ class StepCost:
         decay = _DECAY**self._singles
         self._cx *= decay
         self._cy *= decay
-        uu, un, uc, nn, nc, cc, uy, ny, cy = self._single
+        uu, un, uc, nn, nc, cc, uy, ny, cy, yy, weight = self._single
         self._cx[:3, :3] += np.array([[uu, un, uc], [un, nn, nc], [uc, nc, cc]])
         self._cy[:3] += np.array([uy, ny, cy])
-        self._single = [0.0] * 9
+        self._cyy = self._cyy * decay + yy
+        self._cn = self._cn * decay + weight
+        self._single = [0.0] * 11
         self._singles = 0
 
     def _add_classed(self, x: np.ndarray, seconds: float) -> None:
@@ -221,6 +234,8 @@ class StepCost:
         self._cx += np.outer(x, x)
         self._cy *= _DECAY
         self._cy += x * seconds
+        self._cyy = self._cyy * _DECAY + seconds**2
+        self._cn = self._cn * _DECAY + 1.0
         self._classed += 1
         self._class_fit = None
         self._priced.clear()
@@ -240,10 +255,21 @@ class StepCost:
         return self._class_fit if self._classed >= MIN_CLASS_DECODES else None
 
     def _solve_classed(self) -> tuple[float, float, list[float | None]] | None:
+        """The per-class fit: decayed least squares, each class's cost per cell held towards the pooled
+        fit's by a ridge penalty (:meth:`_ridge`).  A class seen only in decodes that attended few cells
+        (a prompt's first chunks, a warm-up's short prompts) cannot tell its cost per cell from the
+        timing noise: fitted freely, a few milliseconds of noise over a few hundred cells priced a class's
+        cell at 15-25 times what it costs, and 33 rows at position 2,000 at 1.5 s (measured: 0.2 s; an
+        AMD EPYC with AVX-512, the mixed-load benchmark), and the prompt went on in chunks of the wrong
+        class.  Seen at many cells, a class's own decodes outweigh the penalty."""
         diag = np.diag(self._cx)
         terms = [0, 1] + [2 + k for k in range(N_CLASSES) if diag[2 + k] > 0]
+        prior = self.fit()[2]
+        ridge = self._ridge(terms, prior)
         while len(terms) >= 2:
-            a = self._cx[np.ix_(terms, terms)]
+            classes = np.array([t >= 2 for t in terms])
+            a = self._cx[np.ix_(terms, terms)] + np.diag(np.where(classes, ridge, 0.0))
+            b = self._cy[terms] + np.where(classes, ridge * prior, 0.0)
             scale = np.sqrt(np.diag(a))
             if np.any(scale <= 0):
                 return None
@@ -253,7 +279,7 @@ class StepCost:
                     return None
                 terms = terms[:-1]  # the rarest shapes last: a class the decodes cannot tell apart
                 continue
-            solved = np.linalg.solve(normed, self._cy[terms] / scale) / scale
+            solved = np.linalg.solve(normed, b / scale) / scale
             negative = [t for t, v in zip(terms[2:], solved[2:]) if v < 0]
             if negative:  # cells that seem to save time: timing noise
                 terms = [t for t in terms if t not in negative]
@@ -266,6 +292,23 @@ class StepCost:
                 per_cell[t - 2] = float(v)
             return fixed, per_token, per_cell
         return None
+
+    def _ridge(self, terms: list[int], prior: float) -> float:
+        """The per-class fit's ridge weight, ``noise / (PRIOR_SPREAD * prior) ** 2`` (a Gaussian prior on
+        each class's cost per cell around the pooled fit's ``prior``): ``noise``, the variance of the
+        decodes' seconds about the unpenalised fit of ``terms``, so that exact timings (a model's own)
+        are fitted exactly and noisy ones lean on the prior where their cells are few.  0 where the
+        pooled fit prices no cells."""
+        if prior <= 0 or self._cn <= len(terms):
+            return 0.0
+        a, b = self._cx[np.ix_(terms, terms)], self._cy[terms]
+        scale = np.sqrt(np.diag(a))
+        if np.any(scale <= 0):
+            return 0.0
+        beta = np.linalg.lstsq(a / np.outer(scale, scale), b / scale, rcond=1e-10)[0] / scale
+        residual = max(self._cyy - 2.0 * float(beta @ b) + float(beta @ a @ beta), 0.0)
+        noise = residual / (self._cn - len(terms))
+        return noise / (PRIOR_SPREAD * prior) ** 2
 
     @property
     def _xtx(self) -> np.ndarray:
