@@ -357,7 +357,12 @@ def test_a_guest_checking_its_model_file_holds_no_one_else_up(
     try:
         assert checking.wait(30)
         retained = threading.Event()
-        threading.Thread(target=lambda: (own_registry.retain(model), retained.set()), daemon=True).start()
+
+        def retain() -> None:
+            own_registry.retain(model)
+            retained.set()
+
+        threading.Thread(target=retain, daemon=True).start()
         assert retained.wait(5), "a context's retain waited for another guest's file check"
     finally:
         go_on.set()
